@@ -1,0 +1,52 @@
+// CUDA runtime side of the backend: device discovery and pointer classification. The attention
+// kernels are not built yet (see docs/api.md): their entry points report NOT_SUPPORTED.
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+
+namespace flashattn::cuda {
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for a CPU-only run
+    return 0;
+  }
+  return count;
+}
+
+bool is_device_pointer(const void* p) {
+  if (p == nullptr || device_count() == 0) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+std::string device_description(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "unknown device";
+  }
+  return cat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs, ",
+             prop.totalGlobalMem >> 30, " GiB)");
+}
+
+namespace {
+[[noreturn]] void no_kernels(const char* what) {
+  fail(FLASHATTN_NOT_SUPPORTED, "exec.backend: the CUDA ", what,
+       " kernels are not part of this version of flashattn yet; use a CPU backend");
+}
+}  // namespace
+
+void fwd(const AttnProblem&) { no_kernels("forward"); }
+void bwd(const AttnProblem&) { no_kernels("backward"); }
+void merge(const MergeProblem&) { no_kernels("merge"); }
+size_t fwd_workspace_size(const AttnProblem&) { return 0; }
+size_t bwd_workspace_size(const AttnProblem&) { return 0; }
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,2 @@
+#include "flashattn/flashattn.h"
+int main(void) { return 0; }

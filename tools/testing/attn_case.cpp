@@ -1,0 +1,1 @@
+#include "attn_case.h"
