@@ -20,10 +20,12 @@ flashattn_backend resolve(const flashattn_exec& exec, [[maybe_unused]] const voi
   return FLASHATTN_BACKEND_CPU;
 }
 
+#ifndef FLASHATTN_WITH_CUDA
 [[noreturn]] void no_cuda() {
   fail(FLASHATTN_NOT_SUPPORTED, "exec.backend: CUDA was requested but this build of flashattn has no "
                                 "CUDA backend (rebuild with nvcc available)");
 }
+#endif
 
 }  // namespace
 
