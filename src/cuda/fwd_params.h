@@ -1,0 +1,48 @@
+// The forward kernels' parameters: plain pointers, int64 strides (elements) and sizes, filled on
+// the host from a validated AttnProblem by make_fwd_params (launch_fwd.cu).
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;  // nullptr: not requested
+  // Strides in elements. Varlen tensors have no batch dim (batch stride 0, rows from cu_seqlens);
+  // paged k/v use the batch stride as the block stride.
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t out_batch_stride, out_row_stride, out_head_stride;
+  int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+  const int32_t* cu_seqlens_q;  // varlen q
+  const int32_t* cu_seqlens_k;  // varlen k
+  const int32_t* seqused_k;
+  const int32_t* cache_seqlens;  // KV cache (dense or paged)
+  const int32_t* block_table;    // paged
+  int64_t block_table_stride;
+  int block_size;
+
+  int batch, heads_q, heads_kv, group;  // group = heads_q / heads_kv
+  int d, d_v;
+  int seqlen_q;    // dense: the q length; varlen: an upper bound (sizes the grid)
+  int seqlen_k;    // dense without cache: the k length
+  int seqlen_new;  // appended keys (KV cache)
+
+  float scale;    // softmax scale
+  float softcap;  // 0: off
+  int window_left, window_right;  // -1: unbounded
+  const float* alibi_slopes;      // nullptr: off
+  int64_t alibi_batch_stride;     // 0 when the slopes are per head only
+
+  uint32_t dropout_threshold;  // 0: no dropout
+  float dropout_scale;         // 1 / (1 - p)
+  uint64_t dropout_seed, dropout_offset;
+};
+
+}  // namespace flashattn::cuda

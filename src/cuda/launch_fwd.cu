@@ -1,0 +1,131 @@
+// The CUDA forward entry: checks what the kernels support, fills the kernel params from the
+// validated problem and picks the instantiation (the run-time -> template dispatch point).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/fwd_params.h"
+#include "kernel_registry.h"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kAlignElements = 8;  // 16-byte cp.async / vector accesses of 16-bit elements
+constexpr int64_t kMaxGridYZ = 65535;
+
+// The kernels move rows in 16-byte pieces: base pointers and every stride but the last must keep
+// each row 16-byte aligned.
+void check_aligned(const View& t, const char* name) {
+  bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (int dim = 0; dim + 1 < t.rank; ++dim) ok = ok && t.stride[dim] % kAlignElements == 0;
+  FA_CHECK_SUPPORTED(ok, name, ": the CUDA kernels need 16-byte aligned rows (data pointer aligned "
+                     "to 16 bytes, strides multiples of ", kAlignElements, " elements)");
+}
+
+FwdParams make_fwd_params(const AttnProblem& p) {
+  FwdParams k{};
+  k.q = p.q.data;
+  k.k = p.k.data;
+  k.v = p.v.data;
+  k.out = p.out.data;
+  k.lse = static_cast<float*>(p.lse.data);
+  auto strides3 = [](const View& t, int64_t* batch, int64_t* row, int64_t* head) {
+    if (t.rank == 4) {
+      *batch = t.stride[0], *row = t.stride[1], *head = t.stride[2];
+    } else {  // varlen: [total, heads, d]
+      *batch = 0, *row = t.stride[0], *head = t.stride[1];
+    }
+  };
+  strides3(p.q, &k.q_batch_stride, &k.q_row_stride, &k.q_head_stride);
+  strides3(p.k, &k.k_batch_stride, &k.k_row_stride, &k.k_head_stride);
+  strides3(p.v, &k.v_batch_stride, &k.v_row_stride, &k.v_head_stride);
+  strides3(p.out, &k.out_batch_stride, &k.out_row_stride, &k.out_head_stride);
+  if (p.lse.present()) {
+    if (p.lse.rank == 3) {
+      k.lse_batch_stride = p.lse.stride[0], k.lse_head_stride = p.lse.stride[1], k.lse_row_stride = p.lse.stride[2];
+    } else {
+      k.lse_batch_stride = 0, k.lse_head_stride = p.lse.stride[0], k.lse_row_stride = p.lse.stride[1];
+    }
+  }
+  k.cu_seqlens_q = p.cu_seqlens_q.as<const int32_t>();
+  k.cu_seqlens_k = p.cu_seqlens_k.as<const int32_t>();
+  k.seqused_k = p.seqused_k.as<const int32_t>();
+  k.cache_seqlens = p.cache_seqlens.as<const int32_t>();
+  k.block_table = p.block_table.as<const int32_t>();
+  k.block_table_stride = p.block_table.present() ? p.block_table.stride[0] : 0;
+  k.block_size = int(p.block_size);
+  k.batch = int(p.batch);
+  k.heads_q = int(p.heads_q);
+  k.heads_kv = int(p.heads_kv);
+  k.group = int(p.heads_q / p.heads_kv);
+  k.d = int(p.d);
+  k.d_v = int(p.d_v);
+  k.seqlen_q = int(p.seqlen_q);
+  k.seqlen_k = int(p.seqlen_k);
+  k.seqlen_new = int(p.seqlen_new);
+  k.scale = p.opts.scale;
+  k.softcap = p.opts.softcap;
+  k.window_left = int(p.opts.window_left);
+  k.window_right = int(p.opts.window_right);
+  k.alibi_slopes = p.opts.alibi_slopes.as<const float>();
+  k.alibi_batch_stride = p.opts.alibi_slopes.rank == 2 ? p.opts.alibi_slopes.stride[0] : 0;
+  k.dropout_threshold = p.opts.dropout_threshold;
+  k.dropout_scale = p.opts.dropout_p > 0.f ? 1.f / (1.f - p.opts.dropout_p) : 1.f;
+  k.dropout_seed = p.opts.dropout_seed;
+  k.dropout_offset = p.opts.dropout_offset;
+  return k;
+}
+
+// Makes exec.device current for the call and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (device < 0) return;
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    else previous_ = -1;
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  static void check(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, ": ", cudaGetErrorString(err));
+  }
+  int previous_ = -1;
+};
+
+}  // namespace
+
+void fwd(const AttnProblem& p) {
+  FA_CHECK_SUPPORTED(p.q.dtype == FLASHATTN_F16 || p.q.dtype == FLASHATTN_BF16,
+                     "q: the CUDA kernels take f16 or bf16, got ", flashattn_dtype_string(p.q.dtype));
+  FA_CHECK_SUPPORTED(p.d == p.d_v, "v: the CUDA kernels need d_v == d, got d_v=", p.d_v, " and d=", p.d);
+  FA_CHECK_SUPPORTED(p.d % kAlignElements == 0 && p.d <= kMaxHeadDim,
+                     "q: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
+                     ", got d=", p.d);
+  FA_CHECK_SUPPORTED(!p.has_append(), "k_new: the KV-cache append is not in the CUDA backend yet");
+  FA_CHECK_ARG(!p.varlen_q || p.seqlen_q > 0 || p.q.shape[0] == 0,
+               "max_seqlen_q: the CUDA backend needs an upper bound of the query lengths, got 0");
+  FA_CHECK_SUPPORTED(p.batch <= kMaxGridYZ && p.heads_q <= kMaxGridYZ,
+                     "q: the CUDA grid holds at most ", kMaxGridYZ, " sequences and heads, got batch=",
+                     p.batch, ", heads_q=", p.heads_q);
+  check_aligned(p.q, "q");
+  check_aligned(p.k, "k");
+  check_aligned(p.v, "v");
+  check_aligned(p.out, "out");
+  if (p.batch == 0 || p.seqlen_q == 0) return;
+  DeviceGuard device(p.exec.device);
+  if (!launch_fwd_sm80(int(p.d), p.q.dtype, make_fwd_params(p), static_cast<cudaStream_t>(p.exec.stream))) {
+    fail(FLASHATTN_NOT_SUPPORTED, "q: no CUDA forward kernel for head dim ", p.d, " and dtype ",
+         flashattn_dtype_string(p.q.dtype), " in this build (see FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES)");
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,26 @@
+// Launcher of the sm80 forward kernel for one (head dim, dtype); the generated instantiation files
+// include this header and instantiate run_fwd_sm80 once each.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "cuda/kernel_fwd_sm80.h"
+
+namespace flashattn::cuda {
+
+template <int kHeadDim, class Element>
+void run_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
+  using K = FwdSm80<kHeadDim, Element>;
+  auto kernel = fwd_kernel_sm80<K>;
+  // Tiles above 48 KB of shared memory must be opted into, per kernel.
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         K::kSmemBytes);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward kernel launch: ", cudaGetErrorString(err));
+}
+
+}  // namespace flashattn::cuda

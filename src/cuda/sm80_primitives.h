@@ -1,0 +1,64 @@
+// Warp-level building blocks of the sm80 kernels, on CuTe's architecture atoms: cp.async with
+// zero fill, ldmatrix (plain and transposed), the m16n8k16 tensor-core MMA, and register packing.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/copy_sm80.hpp>
+#include <cute/arch/mma_sm80.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace flashattn::cuda {
+
+// 16 bytes global -> shared; when !valid the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  using Chunk = cute::uint128_t;
+  cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<Chunk>::copy(*static_cast<const Chunk*>(gmem),
+                                                     *static_cast<Chunk*>(smem), valid);
+}
+__device__ __forceinline__ void cp_async_commit() { cute::cp_async_fence(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { cute::cp_async_wait<N>(); }
+
+__device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
+  cute::SM75_U32x4_LDSM_N::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1], r[2], r[3]);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
+  cute::SM75_U16x8_LDSM_T::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1], r[2], r[3]);
+}
+
+// d = a * b + d for one 16x8x16 tile; a: 4 regs (16x16 row-major), b: 2 regs (16x8 col-major).
+template <class Element>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                            uint32_t b1) {
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
+    cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b0, b1,
+                                              d[0], d[1], d[2], d[3]);
+  } else {
+    cute::SM80_16x8x16_F32F16F16F32_TN::fma(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b0, b1,
+                                            d[0], d[1], d[2], d[3]);
+  }
+}
+
+// Two floats -> one register of two 16-bit elements (low half = first).
+// One cvt.rn.{bf16x2,f16x2}.f32 instruction.
+template <class Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t packed;
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    packed = *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    packed = *reinterpret_cast<uint32_t*>(&v);
+  }
+  return packed;
+}
+
+}  // namespace flashattn::cuda
