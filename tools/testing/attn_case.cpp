@@ -12,6 +12,9 @@
 
 #include "core/dtype.h"
 #include "core/score_mod.h"
+#ifdef FLASHATTN_TESTING_CUDA
+#include "device_mirror.h"
+#endif
 
 namespace flashattn::testing {
 namespace {
@@ -394,22 +397,53 @@ double AttnData::kept_pairs() const {
 
 // ---- running and checking ------------------------------------------------------------------
 
-void run_fwd(AttnData& data, flashattn_backend backend, int num_threads) {
-  flashattn_fwd_params p = data.fwd_params(backend, num_threads);
-  flashattn_status status = flashattn_fwd(&p);
+namespace {
+
+void throw_on_failure(const char* call, flashattn_status status) {
   if (status != FLASHATTN_SUCCESS) {
-    throw std::runtime_error(std::string("flashattn_fwd: ") + flashattn_status_string(status) +
-                             ": " + flashattn_last_error());
+    throw std::runtime_error(std::string(call) + ": " + flashattn_status_string(status) + ": " +
+                             flashattn_last_error());
   }
 }
 
-void run_bwd(AttnData& data, flashattn_backend backend, bool deterministic, int num_threads) {
-  flashattn_bwd_params p = data.bwd_params(backend, deterministic, num_threads);
-  flashattn_status status = flashattn_bwd(&p);
-  if (status != FLASHATTN_SUCCESS) {
-    throw std::runtime_error(std::string("flashattn_bwd: ") + flashattn_status_string(status) +
-                             ": " + flashattn_last_error());
+// Runs `call` on params built from `data`, on device copies when the backend is CUDA.
+template <class Params, class Call>
+void run_on_backend(AttnData& data, Params params, flashattn_backend backend, const char* name,
+                    Call call) {
+  if (backend != FLASHATTN_BACKEND_CUDA) {
+    throw_on_failure(name, call(&params));
+    return;
   }
+#ifdef FLASHATTN_TESTING_CUDA
+  DeviceMirror mirror(data);
+  mirror.translate(&params);
+  throw_on_failure(name, call(&params));
+  mirror.download();
+#else
+  throw std::runtime_error("this testing library was built without CUDA: cannot run on device");
+#endif
+}
+
+}  // namespace
+
+bool cuda_device_available() {
+#ifdef FLASHATTN_TESTING_CUDA
+  flashattn_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  return flashattn_get_capabilities(&caps) == FLASHATTN_SUCCESS && caps.cuda_device_count > 0;
+#else
+  return false;
+#endif
+}
+
+void run_fwd(AttnData& data, flashattn_backend backend, int num_threads) {
+  run_on_backend(data, data.fwd_params(backend, num_threads), backend, "flashattn_fwd",
+                 [](const flashattn_fwd_params* p) { return flashattn_fwd(p); });
+}
+
+void run_bwd(AttnData& data, flashattn_backend backend, bool deterministic, int num_threads) {
+  run_on_backend(data, data.bwd_params(backend, deterministic, num_threads), backend,
+                 "flashattn_bwd", [](const flashattn_bwd_params* p) { return flashattn_bwd(p); });
 }
 
 double max_abs_diff(const Buffer& a, const Buffer& b) {

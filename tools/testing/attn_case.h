@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ class Buffer {
   void fill(double value);
   bool guards_intact() const;
   void* data() const { return tensor_.data; }
+  // The whole allocation, guard bands included (device mirrors copy it as it is).
+  unsigned char* storage() { return storage_.data(); }
+  size_t storage_bytes() const { return storage_.size(); }
+  size_t guard_bytes() const { return guard_bytes_; }
 
  private:
   int64_t element_offset(int64_t index) const;
@@ -97,6 +102,9 @@ struct AttnData {
   double kept_pairs() const;
 };
 
+// GoogleTest prints a case by its description instead of its bytes.
+inline void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.describe(); }
+
 AttnData make_attn_data(const AttnCase& c);
 
 // Max |a - b| over all elements (infinity if either holds a NaN where the other does not, or an
@@ -116,12 +124,16 @@ struct Check {
 // copy of `data`, and checks out (factor 2) and lse (factor 2), guard bands and that every output
 // element was written. Throws std::runtime_error if a call fails.
 std::vector<Check> check_fwd(const AttnData& data, flashattn_backend backend, int num_threads = 0);
+
+// True when this testing library can mirror buffers to a CUDA device and one is visible.
+bool cuda_device_available();
 // Same for the backward (dq, dk, dv; factor 3). `data` must have had prepare_backward().
 std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bool deterministic = false,
                              int num_threads = 0);
 
 // Runs the forward on `backend` for `data` in place; throws std::runtime_error with the status
-// and message on failure.
+// and message on failure. For FLASHATTN_BACKEND_CUDA every buffer is mirrored to device memory
+// (guard bands included), the call runs there, and every buffer is copied back.
 void run_fwd(AttnData& data, flashattn_backend backend, int num_threads = 0);
 void run_bwd(AttnData& data, flashattn_backend backend, bool deterministic = false, int num_threads = 0);
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One call on the device machine: configure and build (all cores), run the GPU tests, the
+# compute-sanitizer subset and the benchmark against PyTorch; the last lines are one short table.
+# Carry what scripts/gpu-carry.sh prints. Usage:
+#   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
+#                        [--no-sanitizer] [--no-bench] [--bench-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dims="32;64;96;128;160;192;224;256"
+dtypes="bf16;f16"
+tests="*"
+run_tests=1 run_sanitizer=1 run_bench=1 bench_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dims) dims="$2"; shift 2 ;;
+    --dtypes) dtypes="$2"; shift 2 ;;
+    --tests) tests="$2"; shift 2 ;;
+    --no-tests) run_tests=0; shift ;;
+    --no-sanitizer) run_sanitizer=0; shift ;;
+    --no-bench) run_bench=0; shift ;;
+    --bench-args) bench_args="$2"; shift 2 ;;
+    *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+out="${OUT:-/tmp/gpu-check}"
+mkdir -p "$out"
+summary=()
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+
+gtest_flags=()
+[ -f /usr/include/gtest/gtest.h ] || gtest_flags=(-DGTEST_ROOT="$PWD/.deps/gtest")
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
+  -DCUTLASS_DIR="$PWD/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$dims" \
+  -DFLASHATTN_DTYPES="$dtypes" "${gtest_flags[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -40; exit 1; }
+summary+=("build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s")
+
+if [ $run_tests = 1 ]; then
+  build-gpu/tests/test_gpu_fwd --gtest_filter="$tests" > "$out/gpu-tests.log" 2>&1
+  rc=$?
+  grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests.log" | head -60
+  summary+=("gpu tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests.log" | tr '\n' ' ') (rc $rc)")
+fi
+
+if [ $run_sanitizer = 1 ]; then
+  small="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_fwd --gtest_filter="$small" \
+      > "$out/sanitizer-$tool.log" 2>&1
+    summary+=("sanitizer $tool: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1))")
+  done
+fi
+
+if [ $run_bench = 1 ]; then
+  build-gpu/tools/flashattn/flashattn bench --backend cuda --csv $bench_args > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err"
+  python3 scripts/bench_torch.py $bench_args > "$out/bench-torch.csv" 2> "$out/bench-torch.err"
+  python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
+fi
+
+echo "=== summary ($(cat "$out/device.txt"))"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,156 @@
+// The CUDA forward against the CPU float64 reference under the correctness rule, over awkward
+// shapes and every feature the kernels serve. Skipped, with the reason, when no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attn_case.h"
+
+namespace flashattn::testing {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)"
+
+void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {
+  for (const Check& check : checks) EXPECT_TRUE(check.pass) << c.describe() << ": " << check.to_string();
+}
+
+AttnCase shape(int64_t sq, int64_t sk, int64_t d, flashattn_dtype dtype = FLASHATTN_BF16) {
+  AttnCase c;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.d = d;
+  c.dtype = dtype;
+  c.seed = uint64_t(sq * 131 + sk * 17 + d);
+  return c;
+}
+
+std::vector<AttnCase> forward_cases() {
+  std::vector<AttnCase> cases;
+  // Awkward lengths at every instantiated head dim and one that is not (80: predicated loads).
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{113, 203}, {1023, 1024}, {1024, 1023},
+                                                           {1, 239}, {5, 2}, {128, 128}};
+  for (int64_t d : {32, 64, 80, 96, 128, 160, 192, 224, 256}) {
+    for (auto [sq, sk] : lengths) {
+      if (d != 64 && d != 128 && sq == 1023) continue;  // keep the reference's cost in bounds
+      AttnCase c = shape(sq, sk, d);
+      cases.push_back(c);
+      c.causal = true;
+      cases.push_back(c);
+    }
+  }
+  for (flashattn_dtype dtype : {FLASHATTN_F16, FLASHATTN_BF16}) {
+    AttnCase c = shape(333, 517, 128, dtype);
+    c.causal = true;
+    cases.push_back(c);
+  }
+  AttnCase c = shape(257, 300, 64);
+  c.window_left = 40, c.window_right = 7;
+  cases.push_back(c);
+  c = shape(200, 100, 64);  // rows 0..99 keep no key: out 0, lse -inf
+  c.window_left = 0, c.window_right = -1, c.causal = true;
+  cases.push_back(c);
+  c = shape(150, 400, 128);
+  c.window_left = 5, c.window_right = 0;
+  cases.push_back(c);
+  c = shape(190, 190, 128);
+  c.softcap = 5.f;
+  cases.push_back(c);
+  c = shape(190, 230, 64);
+  c.alibi = true, c.causal = true;
+  cases.push_back(c);
+  c.alibi_per_batch = true;
+  cases.push_back(c);
+  for (int64_t ratio : {1, 3, 8}) {
+    c = shape(160, 250, 128);
+    c.heads_q = 8 * (ratio == 3 ? 3 : 1), c.heads_kv = c.heads_q / ratio;
+    c.causal = ratio == 8;
+    cases.push_back(c);
+  }
+  c = shape(300, 280, 128);
+  c.batch = 5, c.varlen = true, c.causal = true;
+  cases.push_back(c);
+  c.seqused_k = true, c.causal = false;
+  cases.push_back(c);
+  for (int64_t page : {1, 16, 256}) {
+    c = shape(7, 700, 128);
+    c.batch = 3, c.page_size = page, c.heads_q = 8, c.heads_kv = 2;
+    cases.push_back(c);
+  }
+  c = shape(64, 500, 64);
+  c.batch = 3, c.kv_cache = true, c.causal = true;
+  cases.push_back(c);
+  c = shape(100, 300, 128);
+  c.batch = 3, c.varlen = true, c.page_size = 16;
+  cases.push_back(c);
+  c = shape(211, 211, 64);
+  c.dropout_p = 0.17f;
+  cases.push_back(c);
+  c.causal = true, c.dropout_offset = 12345;
+  cases.push_back(c);
+  c = shape(177, 133, 128);
+  c.strided = true, c.lse = false;
+  cases.push_back(c);
+  return cases;
+}
+
+class GpuForward : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(GpuForward, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const AttnCase& c = GetParam();
+  expect_pass(check_fwd(make_attn_data(c), FLASHATTN_BACKEND_CUDA), c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuForward, ::testing::ValuesIn(forward_cases()),
+                         [](const auto& info) { return info.param.describe(); });
+
+// The same inputs give bitwise the same outputs, run after run.
+TEST(GpuForwardDeterminism, HundredRunsBitwiseEqual) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(1000, 1000, 128);
+  c.causal = true, c.heads_q = 8, c.heads_kv = 2;
+  AttnData first = make_attn_data(c);
+  run_fwd(first, FLASHATTN_BACKEND_CUDA);
+  for (int run = 1; run < 100; ++run) {
+    AttnData again = make_attn_data(c);
+    run_fwd(again, FLASHATTN_BACKEND_CUDA);
+    ASSERT_EQ(max_abs_diff(first.out, again.out), 0.0) << "run " << run;
+    ASSERT_EQ(max_abs_diff(first.lse, again.lse), 0.0) << "run " << run;
+  }
+}
+
+// The dropout keep mask is the CPU backend's, bit for bit: with p close to 1 almost every kept
+// element changes out, so any mask difference shows far above the tolerance.
+TEST(GpuForwardDropout, MaskEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(64, 96, 64, FLASHATTN_F16);
+  c.dropout_p = 0.9f;
+  AttnData gpu = make_attn_data(c), cpu = make_attn_data(c);
+  run_fwd(gpu, FLASHATTN_BACKEND_CUDA);
+  run_fwd(cpu, FLASHATTN_BACKEND_CPU_REFERENCE);
+  // Where the masks agree the outputs differ by rounding only; a single flipped keep bit moves an
+  // element by about |v| / (1 - p) / seqlen_k, over 0.01 here.
+  EXPECT_LT(max_abs_diff(gpu.out, cpu.out), 5e-3);
+}
+
+// Errors the CUDA path reports for requests its kernels cannot serve.
+TEST(GpuForwardErrors, UnsupportedRequestsNameTheArgument) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(16, 16, 64, FLASHATTN_F32);
+  AttnData data = make_attn_data(c);
+  EXPECT_THROW(run_fwd(data, FLASHATTN_BACKEND_CUDA), std::runtime_error);
+  c = shape(16, 16, 36);  // not a multiple of 8
+  data = make_attn_data(c);
+  try {
+    run_fwd(data, FLASHATTN_BACKEND_CUDA);
+    ADD_FAILURE() << "d=36 should be refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("NOT_SUPPORTED"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("d=36"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::testing

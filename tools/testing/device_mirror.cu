@@ -1,0 +1,72 @@
+// Device copies of an AttnData's buffers (see device_mirror.h). Compiled only with CUDA.
+#include "device_mirror.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace flashattn::testing {
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+}  // namespace
+
+std::vector<Buffer*> all_buffers(AttnData& d) {
+  return {&d.q, &d.k, &d.v, &d.out, &d.lse, &d.cu_seqlens_q, &d.cu_seqlens_k, &d.seqused_k,
+          &d.cache_seqlens, &d.block_table, &d.k_new, &d.v_new, &d.rotary_cos, &d.rotary_sin,
+          &d.alibi_slopes, &d.dout, &d.dq, &d.dk, &d.dv};
+}
+
+DeviceMirror::DeviceMirror(AttnData& data) {
+  for (Buffer* b : all_buffers(data)) {
+    if (!b->present()) continue;
+    Entry e{b, nullptr};
+    check(cudaMalloc(reinterpret_cast<void**>(&e.device), b->storage_bytes()), "cudaMalloc");
+    entries_.push_back(e);
+    check(cudaMemcpy(e.device, b->storage(), b->storage_bytes(), cudaMemcpyHostToDevice), "upload");
+  }
+}
+
+DeviceMirror::~DeviceMirror() {
+  for (const Entry& e : entries_) cudaFree(e.device);
+}
+
+void DeviceMirror::translate(flashattn_tensor* t) const {
+  if (t->data == nullptr) return;
+  for (const Entry& e : entries_) {
+    if (t->data == e.host->data()) {
+      t->data = e.device + e.host->guard_bytes();
+      return;
+    }
+  }
+  throw std::logic_error("DeviceMirror: a tensor of the params is not one of the case's buffers");
+}
+
+void DeviceMirror::translate(flashattn_fwd_params* p) const {
+  for (flashattn_tensor* t : {&p->q, &p->k, &p->v, &p->out, &p->lse, &p->cu_seqlens_q, &p->cu_seqlens_k,
+                              &p->seqused_k, &p->cache_seqlens, &p->block_table, &p->k_new, &p->v_new,
+                              &p->rotary_cos, &p->rotary_sin, &p->opts.alibi_slopes}) {
+    translate(t);
+  }
+}
+
+void DeviceMirror::translate(flashattn_bwd_params* p) const {
+  for (flashattn_tensor* t : {&p->q, &p->k, &p->v, &p->out, &p->dout, &p->lse, &p->dq, &p->dk, &p->dv,
+                              &p->cu_seqlens_q, &p->cu_seqlens_k, &p->seqused_k, &p->opts.alibi_slopes}) {
+    translate(t);
+  }
+}
+
+void DeviceMirror::download() {
+  check(cudaDeviceSynchronize(), "kernel execution");
+  for (const Entry& e : entries_) {
+    check(cudaMemcpy(e.host->storage(), e.device, e.host->storage_bytes(), cudaMemcpyDeviceToHost),
+          "download");
+  }
+}
+
+}  // namespace flashattn::testing

@@ -1,0 +1,33 @@
+// Device copies of an AttnData's buffers for running the CUDA backend on a host-built case.
+#pragma once
+
+#include <vector>
+
+#include "attn_case.h"
+
+namespace flashattn::testing {
+
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(AttnData& data);  // allocates and uploads every present buffer
+  ~DeviceMirror();
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+
+  // Rewrites every tensor pointer of params from host to device memory.
+  void translate(flashattn_fwd_params* params) const;
+  void translate(flashattn_bwd_params* params) const;
+  void download();  // copies every buffer back to the host
+
+ private:
+  void translate(flashattn_tensor* t) const;
+  struct Entry {
+    Buffer* host;
+    unsigned char* device;
+  };
+  std::vector<Entry> entries_;
+};
+
+std::vector<Buffer*> all_buffers(AttnData& data);
+
+}  // namespace flashattn::testing
