@@ -133,7 +133,7 @@ typedef struct flashattn_fwd_params {
   /* KV cache */
   flashattn_tensor cache_seqlens, block_table;
   flashattn_tensor k_new, v_new;
-  flashattn_tensor rotary_cos, rotary_sin; /* same dtype as q */
+  flashattn_tensor rotary_cos, rotary_sin; /* f32 or q's dtype, both the same */
   int32_t rotary_interleaved; /* nonzero: rotate pairs (2r, 2r+1); else (r, r + rotary_dim/2) */
   flashattn_attn_options opts;
   flashattn_exec exec;

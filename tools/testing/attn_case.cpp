@@ -293,8 +293,8 @@ AttnData make_attn_data(const AttnCase& c) {
                                           : Buffer(FLASHATTN_F32, {c.heads_q});
     data.alibi_slopes.fill_random(next_seed(), 0.05, 0.5);
   }
-  data.max_seqlen_q = *std::max_element(sq.begin(), sq.end());
-  data.max_seqlen_k = *std::max_element(data.seqlens_k.begin(), data.seqlens_k.end());
+  data.max_seqlen_q = B > 0 ? *std::max_element(sq.begin(), sq.end()) : 0;
+  data.max_seqlen_k = B > 0 ? *std::max_element(data.seqlens_k.begin(), data.seqlens_k.end()) : 0;
   return data;
 }
 
@@ -408,7 +408,7 @@ void throw_on_failure(const char* call, flashattn_status status) {
 
 // Runs `call` on params built from `data`, on device copies when the backend is CUDA.
 template <class Params, class Call>
-void run_on_backend(AttnData& data, Params params, flashattn_backend backend, const char* name,
+void run_on_backend([[maybe_unused]] AttnData& data, Params params, flashattn_backend backend, const char* name,
                     Call call) {
   if (backend != FLASHATTN_BACKEND_CUDA) {
     throw_on_failure(name, call(&params));
@@ -467,6 +467,7 @@ bool has_nan(const Buffer& b) {
 }
 
 std::string Check::to_string() const {
+  if (factor == 0) return name + (pass ? ": ok" : ": FAIL");  // a yes/no check
   std::ostringstream os;
   os << name << ": err " << err << " vs limit " << factor << " x " << baseline << " + " << margin
      << (pass ? " ok" : " FAIL");

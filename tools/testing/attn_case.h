@@ -107,8 +107,8 @@ inline void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.describe(); 
 
 AttnData make_attn_data(const AttnCase& c);
 
-// Max |a - b| over all elements (infinity if either holds a NaN where the other does not, or an
-// infinity of the other sign). Shapes must match.
+// Max |a - b| over all elements: infinity if either holds a NaN (an output never may) or if one
+// holds an infinity the other does not. Shapes must match.
 double max_abs_diff(const Buffer& a, const Buffer& b);
 bool has_nan(const Buffer& b);
 
@@ -117,7 +117,7 @@ struct Check {
   std::string name;  // "out", "lse", "dq", ...
   double err = 0, baseline = 0, margin = 0, factor = 0;
   bool pass = false;
-  std::string to_string() const;
+  std::string to_string() const;  // yes/no checks (factor 0) print "name: ok" or "name: FAIL"
 };
 
 // Runs the forward on `backend`, on CPU_REFERENCE (f64) and on CPU_REFERENCE_LOWP, each on its own

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -67,6 +68,28 @@ void DeviceMirror::download() {
     check(cudaMemcpy(e.host->storage(), e.device, e.host->storage_bytes(), cudaMemcpyDeviceToHost),
           "download");
   }
+}
+
+double median_device_ms(const std::function<void()>& call, int warmup, int repeat) {
+  for (int i = 0; i < warmup; ++i) call();
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> samples;
+  for (int i = 0; i < repeat; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    call();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "kernel execution");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    samples.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(samples.begin(), samples.end());
+  const size_t mid = samples.size() / 2;
+  return samples.size() % 2 ? samples[mid] : 0.5 * (samples[mid - 1] + samples[mid]);
 }
 
 }  // namespace flashattn::testing

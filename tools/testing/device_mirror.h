@@ -1,6 +1,7 @@
 // Device copies of an AttnData's buffers for running the CUDA backend on a host-built case.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "attn_case.h"
@@ -29,5 +30,9 @@ class DeviceMirror {
 };
 
 std::vector<Buffer*> all_buffers(AttnData& data);
+
+// Median time in ms of `call` (which enqueues device work on the legacy default stream), measured
+// with CUDA events around each call after `warmup` untimed calls.
+double median_device_ms(const std::function<void()>& call, int warmup, int repeat);
 
 }  // namespace flashattn::testing
