@@ -3,13 +3,13 @@
 # compute-sanitizer subset and the benchmark against PyTorch; the last lines are one short table.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
-#                        [--no-sanitizer] [--no-bench] [--bench-args "..."]
+#                        [--no-sanitizer] [--no-bench] [--bench-bwd]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_args=""
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
     --no-tests) run_tests=0; shift ;;
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
-    --bench-args) bench_args="$2"; shift 2 ;;
+    --bench-bwd) bench_bwd=1; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -53,10 +53,17 @@ if [ $run_sanitizer = 1 ]; then
 fi
 
 if [ $run_bench = 1 ]; then
-  build-gpu/tools/flashattn/flashattn bench --backend cuda --csv $bench_args > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err"
-  python3 scripts/bench_torch.py $bench_args > "$out/bench-torch.csv" 2> "$out/bench-torch.err"
+  ours_flags=(--fwd-only) torch_flags=()
+  [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
+  build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
+    > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
+  python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
+    tail -5 "$out/bench-torch.err"
   python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
 fi
+
+# The sm_90a SASS of the kernels, for reading offline.
+cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "$out/kernels-sm90a.sass.gz"
 
 echo "=== summary ($(cat "$out/device.txt"))"
 printf '%s\n' "${summary[@]}"

@@ -23,7 +23,7 @@ struct FwdSm80 {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = FwdTileSm80<kHeadDim>::kWarps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kWarpMTiles = 1;  // m16 tiles per warp: more would spill S and O
+  static constexpr int kWarpMTiles = FwdTileSm80<kHeadDim>::kWarpMTiles;
   static constexpr int kBlockM = kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockN = FwdTileSm80<kHeadDim>::kBlockN;
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
@@ -120,7 +120,9 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <class K>
+// kScoreMods: the instantiation that serves softcap, ALiBi and dropout; the plain one leaves their
+// code out, which saves registers and per-element work on the common path.
+template <class K, bool kScoreMods>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_constant__ FwdParams p) {
   using Element = typename K::Element;
   constexpr int kM = K::kWarpMTiles;
@@ -138,11 +140,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   const int hk = h / p.group;
   const bool varlen_q = p.cu_seqlens_q != nullptr;
 
-  const float slope = p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
+  const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
   const ScoreMod<float> mod{p.scale, p.softcap, slope, seq.seqlen_k - seq.seqlen_q, seq.seqlen_k,
                             p.window_left, p.window_right};
-  const bool plain_scores = p.softcap == 0.f && slope == 0.f;  // then s = scale * dot
-  const float scale_log2 = p.scale * kLog2e;
+  const bool plain_scores = !kScoreMods || (p.softcap == 0.f && slope == 0.f);  // s = scale * dot
+  // On the plain path scores stay raw dot products and the scale folds into one FFMA per element:
+  // p = 2^(dot * scale * log2(e) - max * scale * log2(e)); otherwise scores are log2-scaled first.
+  const float score_scale = plain_scores ? p.scale * kLog2e : 1.f;
   const DropoutRng rng = make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b,
                                           p.heads_q, h);
 
@@ -174,7 +178,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   cp_async_commit();
 
   float acc_o[kM][K::kDTiles][4];
-  float row_max[kM][2], row_sum[kM][2];  // row_max in the log2 domain; row_sum per thread
+  // row_max: the running max in the units of s (raw dots on the plain path, log2-scaled scores
+  // otherwise; times score_scale it is in log2 units); row_sum: this thread's partial sum.
+  float row_max[kM][2], row_sum[kM][2];
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
@@ -209,6 +215,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
     const bool need_mask = n0 + K::kBlockN > seq.seqlen_k ||
                            (p.window_left >= 0 && n0 < mod.first_key(m_last)) ||
                            (p.window_right >= 0 && n0 + K::kBlockN > mod.last_key(m_start));
+    // Online softmax in base 2 (see score_scale).
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
@@ -221,14 +228,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
           for (int e = 0; e < 2; ++e) {
             const int j = n0 + nt * 8 + 2 * t + e;
             float& x = s[mt][nt][2 * half + e];
-            x = plain_scores ? x * scale_log2 : mod.score(x, i, j) * kLog2e;
+            if (!plain_scores) x = mod.score(x, i, j) * kLog2e;
             if (need_mask && !mod.keep(i, j)) x = -INFINITY;
             tile_max = fmaxf(tile_max, x);
           }
         }
         const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
-        const float base = new_max == -INFINITY ? 0.f : new_max;  // a row with no key yet
-        const float correction = exp2f(row_max[mt][half] - base);
+        // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
+        const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
+        const float correction = fast_exp2(row_max[mt][half] * score_scale - base);
         row_max[mt][half] = new_max;
         row_sum[mt][half] *= correction;
 #pragma unroll
@@ -240,10 +248,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
         for (int nt = 0; nt < K::kNTiles; ++nt) {
           float& x0 = s[mt][nt][2 * half];
           float& x1 = s[mt][nt][2 * half + 1];
-          x0 = exp2f(x0 - base);
-          x1 = exp2f(x1 - base);
+          x0 = fast_exp2(fmaf(x0, score_scale, -base));
+          x1 = fast_exp2(fmaf(x1, score_scale, -base));
           row_sum[mt][half] += x0 + x1;
-          if (p.dropout_threshold != 0) {
+          if (kScoreMods && p.dropout_threshold != 0) {
             const int j = n0 + nt * 8 + 2 * t;  // even, so j and j + 1 share one Philox block
             const Philox4 bits = rng.block(i, j >> 2);
             const bool upper = (j & 2) != 0;  // a constant index keeps bits in registers
@@ -274,7 +282,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
             pack2<Element>(acc_o[mt][dt][2 * half] * inv, acc_o[mt][dt][2 * half + 1] * inv);
       }
       if (p.lse != nullptr && t == 0 && r < m_rows) {
-        const float lse = sum > 0.f ? row_max[mt][half] * kLn2 + logf(sum) : -INFINITY;
+        const float lse = sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + logf(sum) : -INFINITY;
         const int64_t row = varlen_q ? seq.q_start + m_start + r : m_start + r;
         p.lse[(varlen_q ? 0 : int64_t(b) * p.lse_batch_stride) + int64_t(h) * p.lse_head_stride +
               row * p.lse_row_stride] = lse;

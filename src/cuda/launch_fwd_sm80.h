@@ -9,10 +9,9 @@
 
 namespace flashattn::cuda {
 
-template <int kHeadDim, class Element>
-void run_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
-  using K = FwdSm80<kHeadDim, Element>;
-  auto kernel = fwd_kernel_sm80<K>;
+template <class K, bool kScoreMods>
+void launch(const FwdParams& p, cudaStream_t stream) {
+  auto kernel = fwd_kernel_sm80<K, kScoreMods>;
   // Tiles above 48 KB of shared memory must be opted into, per kernel.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          K::kSmemBytes);
@@ -21,6 +20,17 @@ void run_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward kernel launch: ", cudaGetErrorString(err));
+}
+
+template <int kHeadDim, class Element>
+void run_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
+  using K = FwdSm80<kHeadDim, Element>;
+  const bool score_mods = p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_threshold != 0;
+  if (score_mods) {
+    launch<K, true>(p, stream);
+  } else {
+    launch<K, false>(p, stream);
+  }
 }
 
 }  // namespace flashattn::cuda

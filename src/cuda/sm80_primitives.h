@@ -47,6 +47,14 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
 }
 
 // Two floats -> one register of two 16-bit elements (low half = first).
+// 2^x in one MUFU.EX2 (subnormal results flush to 0, harmless for softmax weights); exp2f without
+// fast-math adds range-scaling instructions per element.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One cvt.rn.{bf16x2,f16x2}.f32 instruction.
 template <class Element>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
