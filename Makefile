@@ -30,6 +30,8 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@skipped=$$(grep -c "^no CUDA device visible" $(BUILD)/Testing/Temporary/LastTest.log || true); \
+	  if [ "$$skipped" != 0 ]; then echo "$$skipped GPU tests skipped: no CUDA device visible (or a build without CUDA)"; fi
 
 bench: build
 	$(BUILD)/tools/flashattn/flashattn bench

@@ -35,12 +35,32 @@ struct FwdSm80 {
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");
 };
 
-// Copies `rows` x kHeadDim elements (rows < valid_rows, columns < d; the rest zero-filled) into
-// shared memory with cp.async. row_offset(r) gives the element offset of row r in `base`.
+// Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen
+// tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
+// Each thread keeps one column and walks its rows by pointer increments, so a tile costs one add
+// and one predicate per 16 bytes.
+template <class K, int kRows>
+__device__ __forceinline__ void load_rows_async(typename K::Element* smem,
+                                                const typename K::Element* row0,
+                                                int64_t row_stride, int valid_rows, int d) {
+  constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
+  static_assert(K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0, "even passes");
+  const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
+  const typename K::Element* src = row0 + r * row_stride + col;
+  typename K::Element* dst = smem + r * K::kSmemStride + col;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
+    cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, valid ? src : row0, valid);
+    src += kRowsPerPass * row_stride;
+  }
+}
+
+// The same for key rows of a paged cache, whose page is looked up row by row.
 template <class K, int kRows, class RowOffset>
-__device__ __forceinline__ void load_tile_async(typename K::Element* smem,
-                                                const typename K::Element* base, int valid_rows,
-                                                int d, RowOffset row_offset) {
+__device__ __forceinline__ void load_paged_rows_async(typename K::Element* smem,
+                                                      const typename K::Element* base,
+                                                      int valid_rows, int d, RowOffset row_offset) {
   for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
     int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
     bool valid = r < valid_rows && col < d;
@@ -158,21 +178,34 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   const Element* q = static_cast<const Element*>(p.q);
   const Element* k = static_cast<const Element*>(p.k);
   const Element* v = static_cast<const Element*>(p.v);
-  load_tile_async<K, K::kBlockM>(sQ, q, m_rows, p.d, [&](int r) {
-    return q_row_offset(seq, varlen_q, b, m_start + r, h, p.q_batch_stride, p.q_row_stride,
-                        p.q_head_stride);
-  });
+  load_rows_async<K, K::kBlockM>(
+      sQ, q + q_row_offset(seq, varlen_q, b, m_start, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
+      p.q_row_stride, m_rows, p.d);
+  // Row 0 of this sequence and kv head in k and v (paged caches address rows page by page).
+  const bool paged = p.block_table != nullptr;
+  const Element* k_seq =
+      paged ? k : k + k_row_offset(p, seq, b, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  const Element* v_seq =
+      paged ? v : v + k_row_offset(p, seq, b, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   auto load_k = [&](int n_block) {
-    int n0 = n_block * K::kBlockN;
-    load_tile_async<K, K::kBlockN>(sK, k, seq.seqlen_k - n0, p.d, [&](int r) {
-      return k_row_offset(p, seq, b, n0 + r, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-    });
+    const int n0 = n_block * K::kBlockN;
+    if (!paged) {
+      load_rows_async<K, K::kBlockN>(sK, k_seq + n0 * p.k_row_stride, p.k_row_stride, seq.seqlen_k - n0, p.d);
+    } else {
+      load_paged_rows_async<K, K::kBlockN>(sK, k, seq.seqlen_k - n0, p.d, [&](int r) {
+        return k_row_offset(p, seq, b, n0 + r, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+      });
+    }
   };
   auto load_v = [&](int n_block) {
-    int n0 = n_block * K::kBlockN;
-    load_tile_async<K, K::kBlockN>(sV, v, seq.seqlen_k - n0, p.d_v, [&](int r) {
-      return k_row_offset(p, seq, b, n0 + r, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-    });
+    const int n0 = n_block * K::kBlockN;
+    if (!paged) {
+      load_rows_async<K, K::kBlockN>(sV, v_seq + n0 * p.v_row_stride, p.v_row_stride, seq.seqlen_k - n0, p.d_v);
+    } else {
+      load_paged_rows_async<K, K::kBlockN>(sV, v, seq.seqlen_k - n0, p.d_v, [&](int r) {
+        return k_row_offset(p, seq, b, n0 + r, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+      });
+    }
   };
   if (n_block_max > n_block_min) load_k(n_block_max - 1);
   cp_async_commit();
