@@ -44,15 +44,23 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
                                                 const typename K::Element* row0,
                                                 int64_t row_stride, int valid_rows, int d) {
   constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
-  static_assert(K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0, "even passes");
-  const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
-  const typename K::Element* src = row0 + r * row_stride + col;
-  typename K::Element* dst = smem + r * K::kSmemStride + col;
+  if constexpr (K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0) {
+    const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
+    const typename K::Element* src = row0 + r * row_stride + col;
+    typename K::Element* dst = smem + r * K::kSmemStride + col;
 #pragma unroll
-  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-    const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
-    cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, valid ? src : row0, valid);
-    src += kRowsPerPass * row_stride;
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
+      cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, valid ? src : row0, valid);
+      src += kRowsPerPass * row_stride;
+    }
+  } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
+#pragma unroll
+    for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
+      const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
+      const bool valid = r < valid_rows && col < d;
+      cp_async_16(smem + r * K::kSmemStride + col, valid ? row0 + r * row_stride + col : row0, valid);
+    }
   }
 }
 
