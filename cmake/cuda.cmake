@@ -5,7 +5,7 @@
 set(FLASHATTN_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures to compile kernels for")
 set(FLASHATTN_HEAD_DIMS "32;64;96;128;160;192;224;256" CACHE STRING "Head dims to instantiate CUDA kernels for")
 set(FLASHATTN_DTYPES "f16;bf16" CACHE STRING "Element types to instantiate CUDA kernels for (f16, bf16)")
-option(FLASHATTN_CUDA_BACKWARD "Instantiate the CUDA backward kernels" ON)
+option(FLASHATTN_CUDA_BACKWARD "Instantiate the CUDA backward kernels (reserved: none exist yet)" ON)
 set(CUTLASS_DIR "" CACHE PATH "A CUTLASS checkout or install (holding include/cute); default: the one scripts/setup.sh puts in .deps")
 
 set(FLASHATTN_WITH_CUDA OFF)

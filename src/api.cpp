@@ -165,8 +165,12 @@ flashattn_status flashattn_get_capabilities(flashattn_capabilities* caps) {
                      (1u << FLASHATTN_BACKEND_CPU_REFERENCE_LOWP);
 #ifdef FLASHATTN_WITH_CUDA
     caps->backends |= 1u << FLASHATTN_BACKEND_CUDA;
-    for (int arch : kBuiltCudaArchs) caps->cuda_archs[caps->num_cuda_archs++] = arch;
-    for (int i = 0; i < kNumBuiltHeadDims; ++i) caps->head_dims[caps->num_head_dims++] = kBuiltHeadDims[i];
+    for (int arch : kBuiltCudaArchs) {
+      if (caps->num_cuda_archs < FLASHATTN_MAX_LIST) caps->cuda_archs[caps->num_cuda_archs++] = arch;
+    }
+    for (int i = 0; i < kNumBuiltHeadDims && i < FLASHATTN_MAX_LIST; ++i) {
+      caps->head_dims[caps->num_head_dims++] = kBuiltHeadDims[i];
+    }
     caps->cuda_dtypes = kBuiltCudaDtypes;
     caps->cuda_backward = kBuiltCudaBackward;
     caps->cuda_device_count = flashattn::cuda::device_count();

@@ -1,10 +1,14 @@
 // The CUDA forward against the CPU float64 reference under the correctness rule, over awkward
 // shapes and every feature the kernels serve. Skipped, with the reason, when no GPU is visible.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "attn_case.h"
+#include "device_mirror.h"
 
 namespace flashattn::testing {
 namespace {
@@ -150,6 +154,92 @@ TEST(GpuForwardErrors, UnsupportedRequestsNameTheArgument) {
     EXPECT_NE(std::string(e.what()).find("NOT_SUPPORTED"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("d=36"), std::string::npos) << e.what();
   }
+}
+
+// Device-memory calls made directly through the C API (not through run_fwd), for what the
+// harness does not exercise: the automatic backend, streams, graphs, memory-kind errors.
+class GpuForwardApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    c_ = shape(300, 400, 128);
+    c_.causal = true, c_.batch = 3, c_.varlen = true;
+    data_ = make_attn_data(c_);
+    expected_ = data_;
+    run_fwd(expected_, FLASHATTN_BACKEND_CUDA);
+  }
+  AttnCase c_;
+  AttnData data_, expected_;
+};
+
+TEST_F(GpuForwardApi, AutoBackendPicksCudaForDevicePointers) {
+  DeviceMirror mirror(data_);
+  flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_AUTO);
+  mirror.translate(&p);
+  ASSERT_EQ(flashattn_fwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+  mirror.download();
+  EXPECT_EQ(max_abs_diff(data_.out, expected_.out), 0.0);
+}
+
+TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceMirror mirror(data_);
+  flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  p.exec.stream = stream;
+  // Captured into a graph: no host synchronisation or allocation may happen inside the call.
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(flashattn_fwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  mirror.download();
+  EXPECT_EQ(max_abs_diff(data_.out, expected_.out), 0.0);
+  EXPECT_EQ(max_abs_diff(data_.lse, expected_.lse), 0.0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(GpuForwardApi, HostIndexArrayIsRejectedBeforeAnyWork) {
+  DeviceMirror mirror(data_);
+  flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  p.cu_seqlens_q = data_.cu_seqlens_q.tensor();  // host memory
+  EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("cu_seqlens_q: expected device memory"),
+            std::string::npos)
+      << flashattn_last_error();
+  mirror.download();
+  for (int64_t i = 0; i < data_.out.numel(); ++i) ASSERT_TRUE(std::isnan(data_.out.get(i)));
+}
+
+TEST_F(GpuForwardApi, DevicePointersAreRejectedByTheCpuBackend) {
+  DeviceMirror mirror(data_);
+  flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CPU);
+  mirror.translate(&p);
+  EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("q: expected host memory"), std::string::npos)
+      << flashattn_last_error();
+}
+
+TEST_F(GpuForwardApi, UnsupportedRequestLeavesOutputsUntouched) {
+  AttnCase c = shape(40, 60, 64);
+  c.seqlen_new = 8, c.kv_cache = true;  // the append is not on the GPU yet
+  AttnData data = make_attn_data(c);
+  DeviceMirror mirror(data);
+  flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_NOT_SUPPORTED);
+  EXPECT_NE(std::string(flashattn_last_error()).find("k_new"), std::string::npos);
+  AttnData before = data;
+  mirror.download();
+  for (int64_t i = 0; i < data.out.numel(); ++i) ASSERT_TRUE(std::isnan(data.out.get(i)));
+  EXPECT_EQ(max_abs_diff(data.k_new, before.k_new), 0.0);
 }
 
 }  // namespace

@@ -693,5 +693,22 @@ TEST(ReferenceLowPrecision, ErrsByAFewUnitsOfTheDtype) {
   }
 }
 
+// A window edge of 2^31 keys or more is unbounded: no overflow may empty the rows (a window of
+// INT64_MAX once did, through i + off + right + 1).
+TEST(ReferenceSemantics, HugeWindowsAreUnbounded) {
+  for (flashattn_backend backend : {FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CPU}) {
+    AttnCase c;
+    c.seqlen_q = 40, c.seqlen_k = 25, c.d = 32, c.dtype = FLASHATTN_F32;
+    AttnData unbounded = make_attn_data(c);
+    c.window_left = INT64_MAX, c.window_right = int64_t(1) << 31;
+    AttnData huge = make_attn_data(c);
+    run_fwd(unbounded, backend);
+    run_fwd(huge, backend);
+    EXPECT_EQ(max_abs_diff(huge.out, unbounded.out), 0.0);
+    EXPECT_EQ(max_abs_diff(huge.lse, unbounded.lse), 0.0);
+    EXPECT_FALSE(has_nan(huge.out));
+  }
+}
+
 }  // namespace
 }  // namespace flashattn::testing

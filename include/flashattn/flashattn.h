@@ -101,9 +101,9 @@ typedef struct flashattn_exec {
 /* ---- options shared by forward and backward ------------------------------------------------ */
 typedef struct flashattn_attn_options {
   float softmax_scale;  /* 0 means 1/sqrt(d) */
-  int32_t causal;       /* nonzero: the window (-1, 0) */
-  int64_t window_left;  /* keys kept: i + off - left <= j <= i + off + right; -1 = unbounded */
-  int64_t window_right; /* with off = seqlen_k - seqlen_q (bottom-right alignment) */
+  int32_t causal;       /* nonzero: window_right = 0 (with window_left -1: the window (-1, 0)) */
+  int64_t window_left;  /* keys kept: i + off - left <= j <= i + off + right; -1 (or >= 2^31) */
+  int64_t window_right; /* = unbounded; off = seqlen_k - seqlen_q (bottom-right alignment) */
   float softcap;        /* > 0: s = softcap * tanh(s / softcap); 0 = off */
   flashattn_tensor alibi_slopes; /* optional f32 [heads_q] or [batch, heads_q] */
   float dropout_p;      /* in [0, 1): probability of dropping an attention weight */

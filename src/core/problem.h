@@ -94,6 +94,13 @@ struct AttnProblem {
     }
     return 0;
   }
+  // Key rows stored for sequence b (the backward's dk/dv rows): with seqused_k, rows past the
+  // used ones exist too (and get zero gradients).
+  int64_t stored_keys_of(int64_t b) const {
+    if (kv_layout != KvLayout::Varlen) return seqlen_k;
+    const int32_t* cu = cu_seqlens_k.as<const int32_t>();
+    return cu[b + 1] - cu[b];
+  }
   // Position of the first appended key (and of query row 0, for rotary) in sequence b.
   int64_t cache_position_of(int64_t b) const {
     return cache_seqlens.present() ? cache_seqlens.as<const int32_t>()[b] : 0;

@@ -16,7 +16,7 @@ struct ScoreMod {
   T alibi_slope;     // s -= slope * |i + off - j|; 0 when ALiBi is off
   int64_t off;       // seqlen_k - seqlen_q of this sequence
   int64_t seqlen_k;  // keys at j >= seqlen_k do not exist
-  int64_t left;      // window; -1 = unbounded (causal is left = -1, right = 0)
+  int64_t left;      // window; -1 = unbounded (causal sets right = 0)
   int64_t right;
 
   FA_HD T score(T dot, int64_t i, int64_t j) const {

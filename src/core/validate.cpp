@@ -13,6 +13,9 @@
 namespace flashattn {
 namespace {
 
+constexpr int64_t kUnboundedWindow = int64_t(1) << 31;  // no int32 sequence spans this many keys
+
+
 constexpr int64_t kAny = -1;  // a dimension of an expected shape that any size satisfies
 
 // The stored value of an enum that came through the C ABI, as the C int it is. Read as raw
@@ -389,8 +392,11 @@ ResolvedOptions resolve_options(const flashattn_attn_options& o, const AttnProbl
   check_alibi(r.alibi_slopes, p);
   r.scale = o.softmax_scale > 0.f ? o.softmax_scale : float(1.0 / std::sqrt(double(p.d)));
   r.softcap = o.softcap;
-  r.window_left = o.window_left;
-  r.window_right = o.causal ? 0 : o.window_right;
+  // Sequence lengths are int32 (cu_seqlens, cache_seqlens), so a window of kUnboundedWindow keys or
+  // more reaches every key: it becomes -1, which also keeps the edge arithmetic from overflowing.
+  auto bounded = [](int64_t w) { return w >= kUnboundedWindow ? -1 : w; };
+  r.window_left = bounded(o.window_left);
+  r.window_right = o.causal ? 0 : bounded(o.window_right);
   r.dropout_p = o.dropout_p;
   r.dropout_threshold = dropout_threshold(o.dropout_p);
   r.dropout_seed = o.dropout_seed;

@@ -221,19 +221,12 @@ void backward_row(const AttnProblem& p, const Head<Math>& head, const Rows<typen
   store_row(p.dq, p.q_row(p.dq, head.b, i, head.h), p.d, row.dq.data());
 }
 
-// Key rows stored for sequence b: with seqused_k, rows past the used ones exist and get zero.
-int64_t stored_keys(const AttnProblem& p, int64_t b) {
-  if (p.kv_layout != KvLayout::Varlen) return p.seqlen_k;
-  const int32_t* cu = p.cu_seqlens_k.as<const int32_t>();
-  return cu[b + 1] - cu[b];
-}
-
 // dk/dv of kv head hk of sequence b: each query head's gradient is rounded (it is its own tensor
 // in a framework) and then summed over the group.
 template <class Math>
 void backward_kv_head(const AttnProblem& p, int64_t b, int64_t hk) {
   using Acc = typename Math::Acc;
-  const int64_t rows = stored_keys(p, b), group = p.heads_q / p.heads_kv;
+  const int64_t rows = p.stored_keys_of(b), group = p.heads_q / p.heads_kv;
   const int64_t keys = p.seqlen_k_of(b);
   const Rows<Acc> k = load_kv<Acc>(p, p.k, b, hk, keys, p.d);
   const Rows<Acc> v = load_kv<Acc>(p, p.v, b, hk, keys, p.d_v);

@@ -44,13 +44,6 @@ struct RowIndex {
   }
 };
 
-// Key rows that sequence b stores: dk/dv rows past seqused_k exist and are written as zeros.
-int64_t stored_keys(const AttnProblem& p, int64_t b) {
-  if (p.kv_layout != KvLayout::Varlen) return p.seqlen_k;
-  const int32_t* cu = p.cu_seqlens_k.as<const int32_t>();
-  return cu[b + 1] - cu[b];
-}
-
 // The tanh derivative of the softcap at every (r, jj) of a raw dot-product tile laid out as in
 // score_tile: d capped / d (scale * dot).
 void softcap_derivatives(const ScoreMod<float>& mod, const float* s, int64_t ld_row, int64_t ld_key,
@@ -273,7 +266,7 @@ void dkv_step(const AttnProblem& p, const RowIndex& index, const RowStats* stats
 void dkv_item(const AttnProblem& p, const RowIndex& index, const RowStats* stats, DkvScratch& w,
               int64_t b, int64_t hk, int64_t tile) {
   const int64_t j0 = tile * kBlockKeys;
-  const int64_t stored = std::min(kBlockKeys, stored_keys(p, b) - j0);
+  const int64_t stored = std::min(kBlockKeys, p.stored_keys_of(b) - j0);
   const int64_t keys = std::clamp<int64_t>(p.seqlen_k_of(b) - j0, 0, stored);
   const int64_t keys_pad = round_up(keys, kNr), d = w.d, dv = w.dv;
   std::fill(w.dk.begin(), w.dk.begin() + keys_pad * w.d_pad, 0.f);
@@ -327,7 +320,7 @@ void tiled_bwd(const AttnProblem& p) {
     }
   });
   const TileGrid key_tiles(p.batch, p.heads_kv, [&](int64_t b) {
-    return (stored_keys(p, b) + kBlockKeys - 1) / kBlockKeys;
+    return (p.stored_keys_of(b) + kBlockKeys - 1) / kBlockKeys;
   });
   parallel_run(key_tiles.size(), p.exec.num_threads, [&](WorkQueue& queue) {
     DkvScratch scratch(p);

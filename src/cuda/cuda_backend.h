@@ -3,15 +3,14 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 
 #include "core/problem.h"
 
 namespace flashattn::cuda {
 
-int device_count();                    // 0 when there is no driver or no device
-bool is_device_pointer(const void* p); // device or managed memory
-std::string device_description(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"
+int device_count();                       // 0 when there is no driver or no device
+bool is_device_pointer(const void* p);    // device or managed memory: the kernels can read it
+bool is_device_only_pointer(const void* p);  // device memory the host cannot read
 
 void fwd(const AttnProblem& p);
 void bwd(const AttnProblem& p);

@@ -28,7 +28,7 @@ struct FwdParams {
   int64_t block_table_stride;
   int block_size;
 
-  int batch, heads_q, heads_kv, group;  // group = heads_q / heads_kv
+  int batch, heads_q, group;  // group = heads_q / heads_kv
   int d, d_v;
   int seqlen_q;    // dense: the q length; varlen: an upper bound (sizes the grid)
   int seqlen_k;    // dense without cache: the k length

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <climits>
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
@@ -13,16 +14,27 @@ namespace flashattn::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kAlignElements = 8;  // 16-byte cp.async / vector accesses of 16-bit elements
+constexpr int kHeadDimMultiple = 8;  // rows move in 16-byte pieces of 8 16-bit elements
 constexpr int64_t kMaxGridYZ = 65535;
 
 // The kernels move rows in 16-byte pieces: base pointers and every stride but the last must keep
 // each row 16-byte aligned.
 void check_aligned(const View& t, const char* name) {
-  bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
-  for (int dim = 0; dim + 1 < t.rank; ++dim) ok = ok && t.stride[dim] % kAlignElements == 0;
-  FA_CHECK_SUPPORTED(ok, name, ": the CUDA kernels need 16-byte aligned rows (data pointer aligned "
-                     "to 16 bytes, strides multiples of ", kAlignElements, " elements)");
+  constexpr int kAlignBytes = 16;
+  const int64_t elements = kAlignBytes / int64_t(flashattn_dtype_size(t.dtype));
+  FA_CHECK_SUPPORTED(reinterpret_cast<uintptr_t>(t.data) % kAlignBytes == 0, name,
+                     ": the CUDA kernels need a 16-byte aligned data pointer, got ", t.data);
+  for (int dim = 0; dim + 1 < t.rank; ++dim) {
+    FA_CHECK_SUPPORTED(t.stride[dim] % elements == 0, name, ": the CUDA kernels need strides that are "
+                       "multiples of ", elements, " elements (16 bytes), got stride[", dim, "]=",
+                       t.stride[dim]);
+  }
+}
+
+// The kernels index rows, heads and lengths with 32-bit integers (offsets are 64-bit).
+void check_int32(int64_t value, const char* what) {
+  FA_CHECK_SUPPORTED(value <= INT32_MAX, what, ": the CUDA kernels take at most ", INT32_MAX,
+                     ", got ", value);
 }
 
 FwdParams make_fwd_params(const AttnProblem& p) {
@@ -59,7 +71,6 @@ FwdParams make_fwd_params(const AttnProblem& p) {
   k.block_size = int(p.block_size);
   k.batch = int(p.batch);
   k.heads_q = int(p.heads_q);
-  k.heads_kv = int(p.heads_kv);
   k.group = int(p.heads_q / p.heads_kv);
   k.d = int(p.d);
   k.d_v = int(p.d_v);
@@ -107,7 +118,7 @@ void fwd(const AttnProblem& p) {
   FA_CHECK_SUPPORTED(p.q.dtype == FLASHATTN_F16 || p.q.dtype == FLASHATTN_BF16,
                      "q: the CUDA kernels take f16 or bf16, got ", flashattn_dtype_string(p.q.dtype));
   FA_CHECK_SUPPORTED(p.d == p.d_v, "v: the CUDA kernels need d_v == d, got d_v=", p.d_v, " and d=", p.d);
-  FA_CHECK_SUPPORTED(p.d % kAlignElements == 0 && p.d <= kMaxHeadDim,
+  FA_CHECK_SUPPORTED(p.d % kHeadDimMultiple == 0 && p.d <= kMaxHeadDim,
                      "q: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
                      ", got d=", p.d);
   FA_CHECK_SUPPORTED(!p.has_append(), "k_new: the KV-cache append is not in the CUDA backend yet");
@@ -116,6 +127,13 @@ void fwd(const AttnProblem& p) {
   FA_CHECK_SUPPORTED(p.batch <= kMaxGridYZ && p.heads_q <= kMaxGridYZ,
                      "q: the CUDA grid holds at most ", kMaxGridYZ, " sequences and heads, got batch=",
                      p.batch, ", heads_q=", p.heads_q);
+  check_int32(p.seqlen_q, p.varlen_q ? "max_seqlen_q" : "q: seqlen_q");
+  check_int32(p.seqlen_k, "k: seqlen_k");
+  check_int32(p.seqlen_new, "k_new: seqlen_new");
+  check_int32(p.block_size, "k: block_size");
+  int device_count = cuda::device_count();
+  FA_CHECK_ARG(p.exec.device < device_count, "exec.device: expected -1 or a device below ",
+               device_count, ", got ", p.exec.device);
   check_aligned(p.q, "q");
   check_aligned(p.k, "k");
   check_aligned(p.v, "v");

@@ -16,25 +16,24 @@ int device_count() {
   return count;
 }
 
-bool is_device_pointer(const void* p) {
-  if (p == nullptr || device_count() == 0) return false;
+namespace {
+cudaMemoryType memory_type(const void* p) {
+  if (p == nullptr || device_count() == 0) return cudaMemoryTypeUnregistered;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return cudaMemoryTypeUnregistered;
   }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  return attributes.type;
+}
+}  // namespace
+
+bool is_device_pointer(const void* p) {
+  cudaMemoryType type = memory_type(p);
+  return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
 }
 
-std::string device_description(int device) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    cudaGetLastError();
-    return "unknown device";
-  }
-  return cat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount, " SMs, ",
-             prop.totalGlobalMem >> 30, " GiB)");
-}
+bool is_device_only_pointer(const void* p) { return memory_type(p) == cudaMemoryTypeDevice; }
 
 namespace {
 [[noreturn]] void no_kernels(const char* what) {

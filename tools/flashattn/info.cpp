@@ -1,5 +1,5 @@
 // `flashattn info`: what this build of the library can do, from flashattn_get_capabilities, and
-// which backend the automatic choice gives for data in host memory.
+// which backend `flashattn run --backend auto` picks here (the best device present).
 #include <cstdio>
 #include <string>
 
@@ -62,7 +62,7 @@ int info_command(int argc, char** argv) {
   std::printf("  %-24s %s\n", "CUDA backward", caps.cuda_backward ? "yes" : "no");
   std::printf("  %-24s %d\n", "CUDA devices visible", caps.cuda_device_count);
   std::printf("  %-24s %d\n", "CPU threads available", hardware_threads());
-  std::printf("  %-24s %s\n", "auto for host data",
+  std::printf("  %-24s %s\n", "flashattn run picks",
               backend_name(resolve_backend(FLASHATTN_BACKEND_AUTO)));
   return 0;
 }

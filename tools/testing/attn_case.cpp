@@ -497,7 +497,8 @@ Check compare(const std::string& name, const Buffer& test, const Buffer& ref, co
   check.err = has_nan(test) ? std::numeric_limits<double>::infinity() : max_abs_diff(test, ref);
   check.baseline = max_abs_diff(lowp, ref);
   check.margin = rounding_margin(ref, test.dtype());
-  check.pass = check.err <= factor * check.baseline + check.margin;
+  // A non-finite baseline (the low-precision run overflowed) would accept anything.
+  check.pass = std::isfinite(check.baseline) && check.err <= factor * check.baseline + check.margin;
   return check;
 }
 
@@ -514,6 +515,31 @@ bool bytes_equal(const Buffer& a, const Buffer& b) {
   for (int64_t i = 0, n = a.numel(); i < n; ++i) {
     double x = a.get(i), y = b.get(i);
     if (!(x == y || (std::isnan(x) && std::isnan(y)))) return false;
+  }
+  return true;
+}
+
+// The call's inputs are as they were (the KV cache excepted when an append writes it).
+bool inputs_unchanged(const AttnData& before, const AttnData& after, bool forward) {
+  std::vector<std::pair<const Buffer*, const Buffer*>> inputs = {
+      {&before.q, &after.q}, {&before.cu_seqlens_q, &after.cu_seqlens_q},
+      {&before.cu_seqlens_k, &after.cu_seqlens_k}, {&before.seqused_k, &after.seqused_k},
+      {&before.cache_seqlens, &after.cache_seqlens}, {&before.block_table, &after.block_table},
+      {&before.k_new, &after.k_new}, {&before.v_new, &after.v_new},
+      {&before.rotary_cos, &after.rotary_cos}, {&before.rotary_sin, &after.rotary_sin},
+      {&before.alibi_slopes, &after.alibi_slopes}};
+  if (!forward || !before.k_new.present()) {
+    inputs.push_back({&before.k, &after.k});
+    inputs.push_back({&before.v, &after.v});
+  }
+  if (!forward) {
+    for (auto pair : {std::make_pair(&before.out, &after.out), std::make_pair(&before.lse, &after.lse),
+                      std::make_pair(&before.dout, &after.dout)}) {
+      inputs.push_back(pair);
+    }
+  }
+  for (const auto& [a, b] : inputs) {
+    if (!bytes_equal(*a, *b)) return false;
   }
   return true;
 }
@@ -538,6 +564,7 @@ std::vector<Check> check_fwd(const AttnData& data, flashattn_backend backend, in
   std::vector<Check> checks{compare("out", test.out, ref.out, lowp.out, kFwdFactor)};
   if (data.lse.present()) checks.push_back(compare("lse", test.lse, ref.lse, lowp.lse, kFwdFactor));
   checks.push_back(flag("guard bands", guards_intact(test)));
+  checks.push_back(flag("inputs unchanged", inputs_unchanged(data, test, true)));
   if (data.k_new.present()) {
     checks.push_back(flag("appended cache", bytes_equal(test.k, ref.k) && bytes_equal(test.v, ref.v)));
   }
@@ -555,7 +582,8 @@ std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bo
   return {compare("dq", test.dq, ref.dq, lowp.dq, kBwdFactor),
           compare("dk", test.dk, ref.dk, lowp.dk, kBwdFactor),
           compare("dv", test.dv, ref.dv, lowp.dv, kBwdFactor),
-          flag("guard bands", guards_intact(test))};
+          flag("guard bands", guards_intact(test)),
+          flag("inputs unchanged", inputs_unchanged(base, test, false))};
 }
 
 }  // namespace flashattn::testing
