@@ -256,6 +256,36 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
     const bool need_mask = n0 + K::kBlockN > seq.seqlen_k ||
                            (p.window_left >= 0 && n0 < mod.first_key(m_last)) ||
                            (p.window_right >= 0 && n0 + K::kBlockN > mod.last_key(m_start));
+    // Score modifiers and the mask run as their own passes, so that the common case (no modifier,
+    // an interior tile) leaves the softmax loop free of per-element compares.
+    if (!plain_scores) {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < K::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = m_start + warp_row0 + mt * 16 + g + 8 * (e / 2);
+            const int j = n0 + nt * 8 + 2 * t + e % 2;
+            s[mt][nt][e] = mod.score(s[mt][nt][e], i, j) * kLog2e;
+          }
+    }
+    if (need_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = m_start + warp_row0 + mt * 16 + g + 8 * half;
+          const int lo = int(mod.first_key(i)) - n0, hi = int(mod.last_key(i)) - n0;
+#pragma unroll
+          for (int nt = 0; nt < K::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int jj = nt * 8 + 2 * t + e;
+              if (jj < lo || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
+            }
+        }
+    }
     // Online softmax in base 2 (see score_scale).
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
@@ -265,14 +295,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
         float tile_max = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < K::kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = n0 + nt * 8 + 2 * t + e;
-            float& x = s[mt][nt][2 * half + e];
-            if (!plain_scores) x = mod.score(x, i, j) * kLog2e;
-            if (need_mask && !mod.keep(i, j)) x = -INFINITY;
-            tile_max = fmaxf(tile_max, x);
-          }
+          tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
         }
         const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
