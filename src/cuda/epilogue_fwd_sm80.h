@@ -1,0 +1,57 @@
+// The sm80 forward's epilogue: normalise O by the row sums, stage it through shared memory (the Q
+// tile's space) so that global stores are 16 bytes wide, and write lse. Empty rows give out 0 and
+// lse -inf.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/fwd_params.h"
+#include "cuda/mainloop_fwd_sm80.h"
+#include "cuda/seq_info.h"
+#include "cuda/softmax_sm80.h"
+
+namespace flashattn::cuda {
+
+// The query tile [m_start, m_start + m_rows) of head h of sequence b. Call after the last use of
+// `smem` by any warp and with no cp.async in flight.
+template <class K, int kM>
+__device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo& seq, int b, int h,
+                                               int m_start, int m_rows, const FragmentOrigin& o,
+                                               const float (&acc_o)[kM][K::kDTiles][4],
+                                               const OnlineSoftmax<kM>& softmax,
+                                               typename K::Element* smem) {
+  using Element = typename K::Element;
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+  const int warp_row0 = o.row0 - m_start;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = softmax.sum(mt, half);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int r = warp_row0 + mt * 16 + o.g + 8 * half;
+#pragma unroll
+      for (int dt = 0; dt < K::kDTiles; ++dt) {
+        *reinterpret_cast<uint32_t*>(smem + r * K::kSmemStride + dt * 8 + 2 * o.t) =
+            pack2<Element>(acc_o[mt][dt][2 * half] * inv, acc_o[mt][dt][2 * half + 1] * inv);
+      }
+      if (p.lse != nullptr && o.t == 0 && r < m_rows) {
+        const int64_t row = varlen_q ? seq.q_start + m_start + r : m_start + r;
+        p.lse[(varlen_q ? 0 : int64_t(b) * p.lse_batch_stride) + int64_t(h) * p.lse_head_stride +
+              row * p.lse_row_stride] = softmax.lse(mt, half, sum);
+      }
+    }
+  }
+  __syncthreads();
+  Element* out = static_cast<Element*>(p.out);
+  for (int c = threadIdx.x; c < K::kBlockM * K::kChunksPerRow; c += K::kThreads) {
+    const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
+    if (r >= m_rows || col >= p.d_v) continue;
+    const int64_t offset = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
+                                        p.out_row_stride, p.out_head_stride);
+    *reinterpret_cast<uint4*>(out + offset + col) =
+        *reinterpret_cast<const uint4*>(smem + r * K::kSmemStride + col);
+  }
+}
+
+}  // namespace flashattn::cuda

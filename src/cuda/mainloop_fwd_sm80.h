@@ -1,0 +1,134 @@
+// The sm80 forward's mainloop pieces: the tile shapes of one instantiation, cp.async loaders of
+// Q / K / V tiles into padded shared memory, and the two warp-level matrix products on m16n8k16
+// (S = Q K^T from shared memory, O += P V with P taken from the S registers).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/sm80_primitives.h"
+#include "cuda/tile_size.h"
+
+namespace flashattn::cuda {
+
+template <int kHeadDim_, class Element_>
+struct FwdSm80 {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = FwdTileSm80<kHeadDim>::kWarps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpMTiles = FwdTileSm80<kHeadDim>::kWarpMTiles;
+  static constexpr int kBlockM = kWarps * 16 * kWarpMTiles;
+  static constexpr int kBlockN = FwdTileSm80<kHeadDim>::kBlockN;
+  static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
+  static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per warp
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
+  // Rows are padded by 16 bytes so that the 8 rows one ldmatrix phase reads hit distinct banks.
+  static constexpr int kSmemStride = kHeadDim + 8;
+  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemStride * int(sizeof(Element));
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");
+};
+
+// Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen
+// tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
+// Each thread keeps one column and walks its rows by pointer increments, so a tile costs one add
+// and one predicate per 16 bytes.
+template <class K, int kRows>
+__device__ __forceinline__ void load_rows_async(typename K::Element* smem,
+                                                const typename K::Element* row0,
+                                                int64_t row_stride, int valid_rows, int d) {
+  constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
+  if constexpr (K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0) {
+    const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
+    const typename K::Element* src = row0 + r * row_stride + col;
+    typename K::Element* dst = smem + r * K::kSmemStride + col;
+#pragma unroll
+    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+      const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
+      cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, valid ? src : row0, valid);
+      src += kRowsPerPass * row_stride;
+    }
+  } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
+#pragma unroll
+    for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
+      const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
+      const bool valid = r < valid_rows && col < d;
+      cp_async_16(smem + r * K::kSmemStride + col, valid ? row0 + r * row_stride + col : row0, valid);
+    }
+  }
+}
+
+// The same for key rows of a paged cache, whose page is looked up row by row.
+template <class K, int kRows, class RowOffset>
+__device__ __forceinline__ void load_paged_rows_async(typename K::Element* smem,
+                                                      const typename K::Element* base,
+                                                      int valid_rows, int d, RowOffset row_offset) {
+  for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
+    int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
+    bool valid = r < valid_rows && col < d;
+    const typename K::Element* src = valid ? base + row_offset(r) + col : base;
+    cp_async_16(smem + r * K::kSmemStride + col, src, valid);
+  }
+}
+
+// acc[mt][nt] += Q[warp rows] K[tile]^T over the full head dim (both operands in smem).
+template <class K>
+__device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
+                                        const typename K::Element* sK,
+                                        float (&acc)[K::kWarpMTiles][K::kNTiles][4], int warp_row0,
+                                        int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
+    uint32_t a[K::kWarpMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
+      ldmatrix_x4(sQ + (warp_row0 + mt * 16 + lane % 16) * K::kSmemStride + kk * 16 + (lane / 16) * 8,
+                  a[mt]);
+    }
+#pragma unroll
+    for (int np = 0; np < K::kNTiles / 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(sK + (np * 16 + lane % 8 + (lane / 16) * 8) * K::kSmemStride + kk * 16 +
+                      ((lane / 8) % 2) * 8,
+                  b);
+#pragma unroll
+      for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
+        mma_16x8x16<typename K::Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma_16x8x16<typename K::Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc_o[mt][dt] += P V[tile]: P comes from the S accumulators (the C layout of two n8 tiles is the
+// A layout of one k16 step), V from smem through the transposing ldmatrix.
+template <class K>
+__device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTiles][4],
+                                        const typename K::Element* sV,
+                                        float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
+  using Element = typename K::Element;
+#pragma unroll
+  for (int kc = 0; kc < K::kBlockN / 16; ++kc) {
+    uint32_t a[K::kWarpMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
+      a[mt][0] = pack2<Element>(p[mt][2 * kc][0], p[mt][2 * kc][1]);
+      a[mt][1] = pack2<Element>(p[mt][2 * kc][2], p[mt][2 * kc][3]);
+      a[mt][2] = pack2<Element>(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
+      a[mt][3] = pack2<Element>(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < K::kDTiles / 2; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(sV + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * K::kSmemStride + dp * 16 +
+                            (lane / 16) * 8,
+                        b);
+#pragma unroll
+      for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
+        mma_16x8x16<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
+        mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,144 @@
+// The sm80 forward's score pipeline on the S accumulators of one warp (m16n8 C-fragment layout:
+// thread (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each n8
+// tile): score modifiers, the mask, the online softmax in base 2, and dropout.
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/score_mod.h"
+#include "cuda/sm80_primitives.h"
+
+namespace flashattn::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: exp(x) = exp2(x * log2(e))
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Max and sum over the 4 threads of a quad, which together hold one accumulator row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Where a warp's S fragment sits in the (query, key) plane of its sequence.
+struct FragmentOrigin {
+  int row0;  // query row of fragment row 0 (m-tile 0, g = 0)
+  int col0;  // key of fragment column 0 (n-tile 0, t = 0)
+  int g, t;  // the thread's lane / 4 and lane % 4
+};
+
+// s <- softcap / ALiBi-modified scores, in log2 units.
+template <int kM, int kNTiles>
+__device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
+                                                 const FragmentOrigin& o) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = o.row0 + mt * 16 + o.g + 8 * (e / 2);
+        const int j = o.col0 + nt * 8 + 2 * o.t + e % 2;
+        s[mt][nt][e] = mod.score(s[mt][nt][e], i, j) * kLog2e;
+      }
+}
+
+// s <- -inf outside each row's kept keys; each row's range is computed once, in 32 bits.
+template <int kM, int kNTiles>
+__device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
+                                           const FragmentOrigin& o) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = o.row0 + mt * 16 + o.g + 8 * half;
+      const int lo = int(mod.first_key(i)) - o.col0, hi = int(mod.last_key(i)) - o.col0;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int jj = nt * 8 + 2 * o.t + e;
+          if (jj < lo || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
+        }
+    }
+}
+
+// Running max and sum of each of the thread's rows. The scores arrive in the units of s; times
+// score_scale they are log2 units (on the plain path s holds raw dots and score_scale folds the
+// softmax scale into one FFMA per element: p = 2^(dot * c - max * c), c = scale * log2(e)).
+template <int kM>
+struct OnlineSoftmax {
+  float row_max[kM][2];  // in the units of s
+  float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
+  float score_scale;
+
+  __device__ __forceinline__ explicit OnlineSoftmax(float scale) : score_scale(scale) {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      row_max[mt][0] = row_max[mt][1] = -INFINITY;
+      row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    }
+  }
+
+  // s <- unnormalised weights 2^(s * c - max * c) of this tile; acc_o rescaled to the new max.
+  // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
+  // place for dropout, fused here so that the weights are visited once).
+  template <int kNTiles, int kDTiles, class AfterSum>
+  __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
+                                         AfterSum after_sum) {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+        }
+        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
+        // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
+        const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
+        const float correction = fast_exp2(row_max[mt][half] * score_scale - base);
+        row_max[mt][half] = new_max;
+        row_sum[mt][half] *= correction;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc_o[mt][dt][2 * half] *= correction;
+          acc_o[mt][dt][2 * half + 1] *= correction;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          float& x0 = s[mt][nt][2 * half];
+          float& x1 = s[mt][nt][2 * half + 1];
+          x0 = fast_exp2(fmaf(x0, score_scale, -base));
+          x1 = fast_exp2(fmaf(x1, score_scale, -base));
+          row_sum[mt][half] += x0 + x1;
+          after_sum(x0, x1, mt, half, nt);
+        }
+      }
+    }
+  }
+
+  // The full row sum (0 for a row with no kept key) and its lse (-inf then).
+  __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
+  __device__ __forceinline__ float lse(int mt, int half, float sum) const {
+    return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + logf(sum) : -INFINITY;
+  }
+};
+
+// Dropout of one pair of weights (columns j, j + 1 of row i, j even): kept ones scaled by
+// 1 / (1 - p). Runs after the row sum took them, as the semantics ask (lse is undropped).
+__device__ __forceinline__ void dropout_pair(float& x0, float& x1, const DropoutRng& rng,
+                                             float keep_scale, int i, int j) {
+  const Philox4 bits = rng.block(i, j >> 2);  // j even: j and j + 1 share one Philox block
+  const bool upper = (j & 2) != 0;            // a constant index keeps bits in registers
+  const uint32_t w0 = upper ? bits.x[2] : bits.x[0], w1 = upper ? bits.x[3] : bits.x[1];
+  x0 = w0 >= rng.threshold ? x0 * keep_scale : 0.f;
+  x1 = w1 >= rng.threshold ? x1 * keep_scale : 0.f;
+}
+
+}  // namespace flashattn::cuda
