@@ -100,8 +100,4 @@ inline float round_to_dtype(float value, flashattn_dtype dtype) {
   }
 }
 
-inline bool is_float_dtype(flashattn_dtype dtype) {
-  return dtype == FLASHATTN_F32 || dtype == FLASHATTN_F16 || dtype == FLASHATTN_BF16;
-}
-
 }  // namespace flashattn
