@@ -109,4 +109,29 @@ inline void zero_row(int64_t len, int64_t r, float* b, int64_t capacity) {
   }
 }
 
+// Visits keys [j0, j0 + cols) of sequence b, kv head hk. A key in [load_lo, load_hi) is converted
+// to float into `row` twice, K then V, and handed to on_k(jj, row) and on_v(jj, row); any other
+// key goes to on_skip(jj) and is never read (unused cache slots may hold NaN). Rows kPrefetchRows
+// ahead are prefetched.
+template <class OnK, class OnV, class OnSkip>
+void visit_key_tile(const AttnProblem& p, int64_t b, int64_t hk, int64_t j0, int64_t cols,
+                    int64_t load_lo, int64_t load_hi, float* row, OnK on_k, OnV on_v,
+                    OnSkip on_skip) {
+  for (int64_t jj = 0; jj < cols; ++jj) {
+    const int64_t j = j0 + jj;
+    if (j + kPrefetchRows >= load_lo && j + kPrefetchRows < load_hi) {
+      prefetch_row(p.k, p.kv_row(p.k, b, j + kPrefetchRows, hk), p.d);
+      prefetch_row(p.v, p.kv_row(p.v, b, j + kPrefetchRows, hk), p.d_v);
+    }
+    if (j < load_lo || j >= load_hi) {
+      on_skip(jj);
+      continue;
+    }
+    load_row(p.k, p.kv_row(p.k, b, j, hk), p.d, row);
+    on_k(jj, row);
+    load_row(p.v, p.kv_row(p.v, b, j, hk), p.d_v, row);
+    on_v(jj, row);
+  }
+}
+
 }  // namespace flashattn::cpu

@@ -98,24 +98,18 @@ struct DqScratch {
 // [load_lo, load_hi) are zeros and never read.
 void load_key_tile(const AttnProblem& p, DqScratch& w, int64_t b, int64_t hk, int64_t j0,
                    int64_t cols, int64_t load_lo, int64_t load_hi) {
-  for (int64_t jj = 0; jj < cols; ++jj) {
-    const int64_t j = j0 + jj;
-    if (j + kPrefetchRows >= load_lo && j + kPrefetchRows < load_hi) {
-      prefetch_row(p.k, p.kv_row(p.k, b, j + kPrefetchRows, hk), w.d);
-      prefetch_row(p.v, p.kv_row(p.v, b, j + kPrefetchRows, hk), w.dv);
-    }
-    if (j < load_lo || j >= load_hi) {
-      zero_column(w.d, jj, w.k_t.data());
-      zero_column(w.dv, jj, w.v_t.data());
-      zero_row(w.d, jj, w.k_r.data(), kBlockN);
-      continue;
-    }
-    load_row(p.k, p.kv_row(p.k, b, j, hk), w.d, w.row.data());
-    pack_column(w.row.data(), w.d, jj, w.k_t.data());
-    pack_row(w.row.data(), w.d, jj, w.k_r.data(), kBlockN);
-    load_row(p.v, p.kv_row(p.v, b, j, hk), w.dv, w.row.data());
-    pack_column(w.row.data(), w.dv, jj, w.v_t.data());
-  }
+  visit_key_tile(
+      p, b, hk, j0, cols, load_lo, load_hi, w.row.data(),
+      [&](int64_t jj, const float* row) {
+        pack_column(row, w.d, jj, w.k_t.data());
+        pack_row(row, w.d, jj, w.k_r.data(), kBlockN);
+      },
+      [&](int64_t jj, const float* row) { pack_column(row, w.dv, jj, w.v_t.data()); },
+      [&](int64_t jj) {
+        zero_column(w.d, jj, w.k_t.data());
+        zero_column(w.dv, jj, w.v_t.data());
+        zero_row(w.d, jj, w.k_r.data(), kBlockN);
+      });
 }
 
 void dq_item(const AttnProblem& p, const RowIndex& index, RowStats* stats, DqScratch& w, int64_t b,

@@ -44,22 +44,14 @@ struct FwdScratch {
 // [load_lo, load_hi) are zeros and never read from memory (unused cache slots may hold NaN).
 void load_kv_tile(const AttnProblem& p, FwdScratch& w, int64_t b, int64_t hk, int64_t j0,
                   int64_t cols, int64_t load_lo, int64_t load_hi) {
-  for (int64_t jj = 0; jj < cols; ++jj) {
-    const int64_t j = j0 + jj;
-    if (j + kPrefetchRows >= load_lo && j + kPrefetchRows < load_hi) {
-      prefetch_row(p.k, p.kv_row(p.k, b, j + kPrefetchRows, hk), w.d);
-      prefetch_row(p.v, p.kv_row(p.v, b, j + kPrefetchRows, hk), w.dv);
-    }
-    if (j < load_lo || j >= load_hi) {
-      zero_column(w.d, jj, w.k.data());
-      zero_row(w.dv, jj, w.v.data(), kBlockN);
-      continue;
-    }
-    load_row(p.k, p.kv_row(p.k, b, j, hk), w.d, w.row.data());
-    pack_column(w.row.data(), w.d, jj, w.k.data());
-    load_row(p.v, p.kv_row(p.v, b, j, hk), w.dv, w.row.data());
-    pack_row(w.row.data(), w.dv, jj, w.v.data(), kBlockN);
-  }
+  visit_key_tile(
+      p, b, hk, j0, cols, load_lo, load_hi, w.row.data(),
+      [&](int64_t jj, const float* row) { pack_column(row, w.d, jj, w.k.data()); },
+      [&](int64_t jj, const float* row) { pack_row(row, w.dv, jj, w.v.data(), kBlockN); },
+      [&](int64_t jj) {
+        zero_column(w.d, jj, w.k.data());
+        zero_row(w.dv, jj, w.v.data(), kBlockN);
+      });
 }
 
 // Online softmax of one row of log2-domain scores x[0, cols): updates the running max m and sum
