@@ -96,6 +96,11 @@ std::vector<AttnCase> forward_cases() {
   c = shape(177, 133, 128);
   c.strided = true, c.lse = false;
   cases.push_back(c);
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {96, 40}, {192, 128}}) {
+    c = shape(150, 260, d);  // d_v != d: served by the instantiation that holds both
+    c.dv = dv, c.causal = d > dv;
+    cases.push_back(c);
+  }
   return cases;
 }
 

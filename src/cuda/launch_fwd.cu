@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <climits>
 
 #include "core/error.h"
@@ -117,10 +118,14 @@ class DeviceGuard {
 void fwd(const AttnProblem& p) {
   FA_CHECK_SUPPORTED(p.q.dtype == FLASHATTN_F16 || p.q.dtype == FLASHATTN_BF16,
                      "q: the CUDA kernels take f16 or bf16, got ", flashattn_dtype_string(p.q.dtype));
-  FA_CHECK_SUPPORTED(p.d == p.d_v, "v: the CUDA kernels need d_v == d, got d_v=", p.d_v, " and d=", p.d);
+  // One instantiation serves d and d_v up to its head dim: Q/K columns past d and V columns past
+  // d_v load as zeros, and only d_v output columns are stored.
   FA_CHECK_SUPPORTED(p.d % kHeadDimMultiple == 0 && p.d <= kMaxHeadDim,
                      "q: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
                      ", got d=", p.d);
+  FA_CHECK_SUPPORTED(p.d_v % kHeadDimMultiple == 0 && p.d_v <= kMaxHeadDim,
+                     "v: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
+                     ", got d_v=", p.d_v);
   FA_CHECK_SUPPORTED(!p.has_append(), "k_new: the KV-cache append is not in the CUDA backend yet");
   FA_CHECK_ARG(!p.varlen_q || p.seqlen_q > 0 || p.q.shape[0] == 0,
                "max_seqlen_q: the CUDA backend needs an upper bound of the query lengths, got 0");
@@ -140,8 +145,9 @@ void fwd(const AttnProblem& p) {
   check_aligned(p.out, "out");
   if (p.batch == 0 || p.seqlen_q == 0) return;
   DeviceGuard device(p.exec.device);
-  if (!launch_fwd_sm80(int(p.d), p.q.dtype, make_fwd_params(p), static_cast<cudaStream_t>(p.exec.stream))) {
-    fail(FLASHATTN_NOT_SUPPORTED, "q: no CUDA forward kernel for head dim ", p.d, " and dtype ",
+  const int64_t head_dim = std::max(p.d, p.d_v);
+  if (!launch_fwd_sm80(int(head_dim), p.q.dtype, make_fwd_params(p), static_cast<cudaStream_t>(p.exec.stream))) {
+    fail(FLASHATTN_NOT_SUPPORTED, "q: no CUDA forward kernel for head dim ", head_dim, " and dtype ",
          flashattn_dtype_string(p.q.dtype), " in this build (see FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES)");
   }
 }
