@@ -85,6 +85,18 @@ std::vector<AttnCase> forward_cases() {
   c = shape(64, 500, 64);
   c.batch = 3, c.kv_cache = true, c.causal = true;
   cases.push_back(c);
+  // KV-cache append, dense and paged, with and without rotary (interleaved and not).
+  for (int64_t page : {0, 16}) {
+    for (int64_t rotary : {0, 64}) {
+      c = shape(5, 300, 128);
+      c.batch = 3, c.seqlen_new = 5, c.kv_cache = true, c.page_size = page, c.causal = true;
+      c.rotary_dim = rotary, c.rotary_interleaved = page == 16, c.heads_q = 8, c.heads_kv = 2;
+      cases.push_back(c);
+    }
+  }
+  c = shape(1, 100, 64, FLASHATTN_F16);  // decoding step: one query, one new key, full rotary
+  c.batch = 4, c.seqlen_new = 1, c.kv_cache = true, c.rotary_dim = 64;
+  cases.push_back(c);
   c = shape(100, 300, 128);
   c.batch = 3, c.varlen = true, c.page_size = 16;
   cases.push_back(c);
@@ -233,18 +245,24 @@ TEST_F(GpuForwardApi, DevicePointersAreRejectedByTheCpuBackend) {
 }
 
 TEST_F(GpuForwardApi, UnsupportedRequestLeavesOutputsUntouched) {
-  AttnCase c = shape(40, 60, 64);
-  c.seqlen_new = 8, c.kv_cache = true;  // the append is not on the GPU yet
+  AttnCase c = shape(40, 60, 64, FLASHATTN_F32);  // f32 has no CUDA kernel
+  c.seqlen_new = 8, c.kv_cache = true;               // and the append must not run either
   AttnData data = make_attn_data(c);
   DeviceMirror mirror(data);
   flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
   EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_NOT_SUPPORTED);
-  EXPECT_NE(std::string(flashattn_last_error()).find("k_new"), std::string::npos);
+  EXPECT_NE(std::string(flashattn_last_error()).find("q: the CUDA kernels take f16 or bf16"),
+            std::string::npos)
+      << flashattn_last_error();
   AttnData before = data;
   mirror.download();
   for (int64_t i = 0; i < data.out.numel(); ++i) ASSERT_TRUE(std::isnan(data.out.get(i)));
   EXPECT_EQ(max_abs_diff(data.k_new, before.k_new), 0.0);
+  for (int64_t i = 0; i < data.k.numel(); ++i) {  // the cache is as it was, NaN slots included
+    const double x = data.k.get(i), y = before.k.get(i);
+    ASSERT_TRUE(x == y || (std::isnan(x) && std::isnan(y))) << "cache element " << i;
+  }
 }
 
 }  // namespace

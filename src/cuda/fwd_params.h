@@ -40,6 +40,20 @@ struct FwdParams {
   const float* alibi_slopes;      // nullptr: off
   int64_t alibi_batch_stride;     // 0 when the slopes are per head only
 
+  // KV-cache append: k_new / v_new [batch, seqlen_new, heads_kv, d] go to the cache at
+  // cache_seqlens; with rotary tables [seqlen_ro, rotary_dim / 2] the new keys and the queries
+  // rotate (queries at cache_seqlens[b] + i).
+  const void* k_new;
+  const void* v_new;
+  int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+  const void* rotary_cos;  // nullptr: no rotary
+  const void* rotary_sin;
+  int64_t rotary_row_stride;
+  int rotary_dim;
+  bool rotary_interleaved;
+  bool rotary_f32;  // tables in f32, else in the element type
+
   uint32_t dropout_threshold;  // 0: no dropout
   float dropout_scale;         // 1 / (1 - p)
   uint64_t dropout_seed, dropout_offset;

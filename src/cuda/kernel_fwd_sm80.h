@@ -11,6 +11,7 @@
 #include "cuda/epilogue_fwd_sm80.h"
 #include "cuda/fwd_params.h"
 #include "cuda/mainloop_fwd_sm80.h"
+#include "cuda/rotary_sm80.h"
 #include "cuda/seq_info.h"
 #include "cuda/softmax_sm80.h"
 
@@ -55,6 +56,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
       sQ, q + q_row_offset(seq, p.cu_seqlens_q != nullptr, b, m_start, h, p.q_batch_stride,
                            p.q_row_stride, p.q_head_stride),
       p.q_row_stride, m_rows, p.d);
+  if (p.rotary_cos != nullptr) {  // queries rotate at cache_seqlens[b] + i, in shared memory
+    cp_async_wait<0>();
+    __syncthreads();  // the loop's first barrier orders these writes before any read of sQ
+    const int pairs = p.rotary_dim / 2;
+    const int64_t pos0 = int64_t(p.cache_seqlens[b]) + m_start;
+    for (int c = threadIdx.x; c < m_rows * pairs; c += K::kThreads) {
+      rotate_pair<Element, float>(p, sQ + (c / pairs) * K::kSmemStride, pos0 + c / pairs, c % pairs);
+    }
+  }
   // Row 0 of this sequence and kv head in k and v (paged caches address rows page by page).
   const bool paged = p.block_table != nullptr;
   const Element* k_seq =

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/fwd_params.h"
+#include "cuda/kv_append_sm80.h"
+#include "build_config.h"
 #include "kernel_registry.h"
 
 namespace flashattn::cuda {
@@ -36,6 +38,16 @@ void check_aligned(const View& t, const char* name) {
 void check_int32(int64_t value, const char* what) {
   FA_CHECK_SUPPORTED(value <= INT32_MAX, what, ": the CUDA kernels take at most ", INT32_MAX,
                      ", got ", value);
+}
+
+// Whether this build instantiated a forward kernel that serves head_dim and dtype (checked before
+// anything runs, so that an unsupported call leaves the cache and the outputs untouched).
+bool has_fwd_kernel(int64_t head_dim, flashattn_dtype dtype) {
+  if ((kBuiltCudaDtypes & (1u << dtype)) == 0) return false;
+  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
+    if (kBuiltHeadDims[i] >= head_dim) return true;
+  }
+  return false;
 }
 
 FwdParams make_fwd_params(const AttnProblem& p) {
@@ -84,6 +96,20 @@ FwdParams make_fwd_params(const AttnProblem& p) {
   k.window_right = int(p.opts.window_right);
   k.alibi_slopes = p.opts.alibi_slopes.as<const float>();
   k.alibi_batch_stride = p.opts.alibi_slopes.rank == 2 ? p.opts.alibi_slopes.stride[0] : 0;
+  if (p.has_append()) {
+    k.k_new = p.k_new.data;
+    k.v_new = p.v_new.data;
+    strides3(p.k_new, &k.k_new_batch_stride, &k.k_new_row_stride, &k.k_new_head_stride);
+    strides3(p.v_new, &k.v_new_batch_stride, &k.v_new_row_stride, &k.v_new_head_stride);
+  }
+  if (p.rotary_cos.present()) {
+    k.rotary_cos = p.rotary_cos.data;
+    k.rotary_sin = p.rotary_sin.data;
+    k.rotary_row_stride = p.rotary_cos.stride[0];
+    k.rotary_dim = int(p.rotary_dim);
+    k.rotary_interleaved = p.rotary_interleaved;
+    k.rotary_f32 = p.rotary_cos.dtype == FLASHATTN_F32;
+  }
   k.dropout_threshold = p.opts.dropout_threshold;
   k.dropout_scale = p.opts.dropout_p > 0.f ? 1.f / (1.f - p.opts.dropout_p) : 1.f;
   k.dropout_seed = p.opts.dropout_seed;
@@ -126,7 +152,6 @@ void fwd(const AttnProblem& p) {
   FA_CHECK_SUPPORTED(p.d_v % kHeadDimMultiple == 0 && p.d_v <= kMaxHeadDim,
                      "v: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
                      ", got d_v=", p.d_v);
-  FA_CHECK_SUPPORTED(!p.has_append(), "k_new: the KV-cache append is not in the CUDA backend yet");
   FA_CHECK_ARG(!p.varlen_q || p.seqlen_q > 0 || p.q.shape[0] == 0,
                "max_seqlen_q: the CUDA backend needs an upper bound of the query lengths, got 0");
   FA_CHECK_SUPPORTED(p.batch <= kMaxGridYZ && p.heads_q <= kMaxGridYZ,
@@ -143,13 +168,17 @@ void fwd(const AttnProblem& p) {
   check_aligned(p.k, "k");
   check_aligned(p.v, "v");
   check_aligned(p.out, "out");
-  if (p.batch == 0 || p.seqlen_q == 0) return;
-  DeviceGuard device(p.exec.device);
   const int64_t head_dim = std::max(p.d, p.d_v);
-  if (!launch_fwd_sm80(int(head_dim), p.q.dtype, make_fwd_params(p), static_cast<cudaStream_t>(p.exec.stream))) {
-    fail(FLASHATTN_NOT_SUPPORTED, "q: no CUDA forward kernel for head dim ", head_dim, " and dtype ",
-         flashattn_dtype_string(p.q.dtype), " in this build (see FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES)");
-  }
+  FA_CHECK_SUPPORTED(has_fwd_kernel(head_dim, p.q.dtype), "q: no CUDA forward kernel for head dim ",
+                     head_dim, " and dtype ", flashattn_dtype_string(p.q.dtype),
+                     " in this build (see FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES)");
+  if (p.batch == 0) return;
+  DeviceGuard device(p.exec.device);
+  const FwdParams params = make_fwd_params(p);
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
+  if (p.has_append() && p.seqlen_new > 0) kv_append(params, p.q.dtype, stream);
+  if (p.seqlen_q == 0) return;
+  launch_fwd_sm80(int(head_dim), p.q.dtype, params, stream);
 }
 
 }  // namespace flashattn::cuda
