@@ -44,7 +44,7 @@ if [ $run_tests = 1 ]; then
 fi
 
 if [ $run_sanitizer = 1 ]; then
-  small="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*"
+  small="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*"
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_fwd --gtest_filter="$small" \
       > "$out/sanitizer-$tool.log" 2>&1
