@@ -25,11 +25,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   constexpr int kM = K::kWarpMTiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
-  // Shared memory: the Q tile, then kStages K tiles, then kStages V tiles.
   Element* sK = sQ + K::kBlockM * K::kSmemStride;
-  Element* sV = sK + K::kStages * K::kBlockN * K::kSmemStride;
-  auto k_stage = [&](int stage) { return sK + stage * K::kBlockN * K::kSmemStride; };
-  auto v_stage = [&](int stage) { return sV + stage * K::kBlockN * K::kSmemStride; };
+  Element* sV = sK + K::kBlockN * K::kSmemStride;
 
   const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -74,30 +71,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
       paged ? k : k + k_row_offset(p, seq, b, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   const Element* v_seq =
       paged ? v : v + k_row_offset(p, seq, b, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  auto load_k = [&](Element* dst, int n_block) {
+  auto load_k = [&](int n_block) {
     const int n0 = n_block * K::kBlockN;
     if (!paged) {
-      load_rows_async<K, K::kBlockN>(dst, k_seq + n0 * p.k_row_stride, p.k_row_stride, seq.seqlen_k - n0, p.d);
+      load_rows_async<K, K::kBlockN>(sK, k_seq + n0 * p.k_row_stride, p.k_row_stride, seq.seqlen_k - n0, p.d);
     } else {
-      load_paged_rows_async<K, K::kBlockN>(dst, k, seq.seqlen_k - n0, p.d, [&](int r) {
+      load_paged_rows_async<K, K::kBlockN>(sK, k, seq.seqlen_k - n0, p.d, [&](int r) {
         return k_row_offset(p, seq, b, n0 + r, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
       });
     }
   };
-  auto load_v = [&](Element* dst, int n_block) {
+  auto load_v = [&](int n_block) {
     const int n0 = n_block * K::kBlockN;
     if (!paged) {
-      load_rows_async<K, K::kBlockN>(dst, v_seq + n0 * p.v_row_stride, p.v_row_stride, seq.seqlen_k - n0, p.d_v);
+      load_rows_async<K, K::kBlockN>(sV, v_seq + n0 * p.v_row_stride, p.v_row_stride, seq.seqlen_k - n0, p.d_v);
     } else {
-      load_paged_rows_async<K, K::kBlockN>(dst, v, seq.seqlen_k - n0, p.d_v, [&](int r) {
+      load_paged_rows_async<K, K::kBlockN>(sV, v, seq.seqlen_k - n0, p.d_v, [&](int r) {
         return k_row_offset(p, seq, b, n0 + r, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
       });
     }
   };
-  if (n_block_max > n_block_min) {
-    load_k(k_stage(0), n_block_max - 1);
-    if constexpr (K::kStages == 2) load_v(v_stage(0), n_block_max - 1);
-  }
+  if (n_block_max > n_block_min) load_k(n_block_max - 1);
   cp_async_commit();
 
   float acc_o[kM][K::kDTiles][4];
@@ -109,36 +103,23 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4};
 
   // Key tiles from the last to the first: with causal masks the masked diagonal tile comes first.
-  // Two stages: tile n's K and V landed during tile n + 1, and tile n - 1's load into the other
-  // stage runs under all of tile n, with one barrier per tile. One stage: V(n) loads under
-  // S = Q K(n)^T and K(n - 1) under the softmax and P V(n), with two barriers per tile.
-  for (int n_block = n_block_max - 1, stage = 0; n_block >= n_block_min;
-       --n_block, stage ^= K::kStages - 1) {
+  for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
+    cp_async_wait<0>();
+    __syncthreads();  // K(n_block) (and Q) landed; every warp is done with the previous V
+    load_v(n_block);
+    cp_async_commit();
+
     float s[kM][K::kNTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int nt = 0; nt < K::kNTiles; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-    if constexpr (K::kStages == 2) {
-      cp_async_wait<0>();
-      __syncthreads();  // K(n_block) and V(n_block) landed; every warp is done with the other stage
-      if (n_block > n_block_min) {
-        load_k(k_stage(stage ^ 1), n_block - 1);
-        load_v(v_stage(stage ^ 1), n_block - 1);
-      }
-      cp_async_commit();
-      gemm_qk<K>(sQ, k_stage(stage), s, warp_row0, lane);
-    } else {
-      cp_async_wait<0>();
-      __syncthreads();  // K(n_block) (and Q) landed; every warp is done with the previous V
-      load_v(sV, n_block);
-      cp_async_commit();
-      gemm_qk<K>(sQ, sK, s, warp_row0, lane);
-      cp_async_wait<0>();
-      __syncthreads();  // V(n_block) landed; every warp is done reading K
-      if (n_block > n_block_min) load_k(sK, n_block - 1);
-      cp_async_commit();
-    }
+    gemm_qk<K>(sQ, sK, s, warp_row0, lane);
+
+    cp_async_wait<0>();
+    __syncthreads();  // V(n_block) landed; every warp is done reading K
+    if (n_block > n_block_min) load_k(n_block - 1);
+    cp_async_commit();
 
     // Only tiles that cross a window edge or the end of the keys need the per-element mask; it and
     // the score modifiers run as their own passes so that an interior plain tile pays for neither.
@@ -155,7 +136,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
                      origin.col0 + nt * 8 + 2 * origin.t);
       }
     });
-    gemm_pv<K>(s, v_stage(stage), acc_o, lane);
+    gemm_pv<K>(s, sV, acc_o, lane);
   }
 
   cp_async_wait<0>();  // a tile with no key never waited for its Q copy

@@ -24,9 +24,7 @@ struct FwdSm80 {
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
   // Rows are padded by 16 bytes so that the 8 rows one ldmatrix phase reads hit distinct banks.
   static constexpr int kSmemStride = kHeadDim + 8;
-  static constexpr int kStages = FwdTileSm80<kHeadDim>::kStages;  // K/V buffers
-  static constexpr int kSmemBytes =
-      (kBlockM + 2 * kStages * kBlockN) * kSmemStride * int(sizeof(Element));
+  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemStride * int(sizeof(Element));
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");
 };
 

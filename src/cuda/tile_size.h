@@ -10,20 +10,18 @@ namespace flashattn::cuda {
 // docs/performance.md (sm80 forward, tiles).
 template <int kHeadDim>
 struct FwdTileSm80;
-// kStages: K/V shared-memory buffers. Two let the next tile's loads run under the whole current
-// tile with one barrier per tile; at d > 128 two stages would not leave room for two CTAs per SM.
 // 4 warps x 2 m-tiles (128-row tiles) up to d 128: 255 registers, two CTAs per SM. 128-key tiles
 // at d <= 64 (227 TFLOP/s at d 64, 16k, against 219 with 64 keys), 64 at d 96/128 (297 against
 // 258 with 32 keys and 211 with 8 warps x 1 m-tile).
-template <> struct FwdTileSm80<32> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128, kStages = 2; };
-template <> struct FwdTileSm80<64> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128, kStages = 2; };
-template <> struct FwdTileSm80<96> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64, kStages = 2; };
-template <> struct FwdTileSm80<128> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64, kStages = 2; };
+template <> struct FwdTileSm80<32> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128; };
+template <> struct FwdTileSm80<64> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128; };
+template <> struct FwdTileSm80<96> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64; };
+template <> struct FwdTileSm80<128> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64; };
 // d > 128: O alone is 80..128 floats per m-tile, so one m-tile per warp: 4 warps, 64 x 64 tiles
 // (260 TFLOP/s at d 256, 16k, against 250 with 8 warps and 214 with 32-key tiles).
-template <> struct FwdTileSm80<160> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64, kStages = 1; };
-template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64, kStages = 1; };
-template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64, kStages = 1; };
-template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64, kStages = 1; };
+template <> struct FwdTileSm80<160> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
+template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
+template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
+template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 
 }  // namespace flashattn::cuda
