@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/math_constants.h"
 #include "core/philox.h"
 #include "core/score_mod.h"
 
@@ -29,8 +30,6 @@ constexpr int64_t kNr = 16;  // microkernel columns (four vectors)
 static_assert(kNr % kMr == 0, "a key tile padded to kNr is a whole number of kMr row blocks");
 static_assert(kNr % 4 == 0, "tiles start at multiples of kNr: whole Philox blocks of 4 keys");
 
-constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
-constexpr float kLn2 = 0.6931471805599453f;    // log(x) = log2(x) * ln(2)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr int64_t round_up(int64_t x, int64_t multiple) {

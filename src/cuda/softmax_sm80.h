@@ -5,14 +5,12 @@
 
 #include <cstdint>
 
+#include "core/math_constants.h"
 #include "core/philox.h"
 #include "core/score_mod.h"
 #include "cuda/sm80_primitives.h"
 
 namespace flashattn::cuda {
-
-constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: exp(x) = exp2(x * log2(e))
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Max and sum over the 4 threads of a quad, which together hold one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
