@@ -331,21 +331,30 @@ void fill_options(const AttnCase& c, const AttnData& d, flashattn_attn_options* 
   opts->dropout_offset = c.dropout_offset;
 }
 
+// The fields flashattn_fwd_params and flashattn_bwd_params share, by the same names.
+template <class Params>
+void fill_common(const AttnData& d, flashattn_backend backend, int num_threads, Params* p) {
+  p->q = d.q.tensor();
+  p->k = d.k.tensor();
+  p->v = d.v.tensor();
+  p->out = d.out.tensor();
+  p->lse = d.lse.tensor();
+  p->cu_seqlens_q = d.cu_seqlens_q.tensor();
+  p->cu_seqlens_k = d.cu_seqlens_k.tensor();
+  p->seqused_k = d.seqused_k.tensor();
+  p->max_seqlen_q = d.c.varlen ? d.max_seqlen_q : 0;
+  p->max_seqlen_k = d.cu_seqlens_k.present() ? d.max_seqlen_k : 0;
+  fill_options(d.c, d, &p->opts);
+  p->exec.backend = backend;
+  p->exec.num_threads = num_threads;
+}
+
 }  // namespace
 
 flashattn_fwd_params AttnData::fwd_params(flashattn_backend backend, int num_threads) const {
   flashattn_fwd_params p;
   flashattn_fwd_params_init(&p);
-  p.q = q.tensor();
-  p.k = k.tensor();
-  p.v = v.tensor();
-  p.out = out.tensor();
-  p.lse = lse.tensor();
-  p.cu_seqlens_q = cu_seqlens_q.tensor();
-  p.cu_seqlens_k = cu_seqlens_k.tensor();
-  p.seqused_k = seqused_k.tensor();
-  p.max_seqlen_q = c.varlen ? max_seqlen_q : 0;
-  p.max_seqlen_k = cu_seqlens_k.present() ? max_seqlen_k : 0;
+  fill_common(*this, backend, num_threads, &p);
   p.cache_seqlens = cache_seqlens.tensor();
   p.block_table = block_table.tensor();
   p.k_new = k_new.tensor();
@@ -353,9 +362,6 @@ flashattn_fwd_params AttnData::fwd_params(flashattn_backend backend, int num_thr
   p.rotary_cos = rotary_cos.tensor();
   p.rotary_sin = rotary_sin.tensor();
   p.rotary_interleaved = c.rotary_interleaved;
-  fill_options(c, *this, &p.opts);
-  p.exec.backend = backend;
-  p.exec.num_threads = num_threads;
   return p;
 }
 
@@ -363,24 +369,12 @@ flashattn_bwd_params AttnData::bwd_params(flashattn_backend backend, bool determ
                                           int num_threads) const {
   flashattn_bwd_params p;
   flashattn_bwd_params_init(&p);
-  p.q = q.tensor();
-  p.k = k.tensor();
-  p.v = v.tensor();
-  p.out = out.tensor();
+  fill_common(*this, backend, num_threads, &p);
   p.dout = dout.tensor();
-  p.lse = lse.tensor();
   p.dq = dq.tensor();
   p.dk = dk.tensor();
   p.dv = dv.tensor();
-  p.cu_seqlens_q = cu_seqlens_q.tensor();
-  p.cu_seqlens_k = cu_seqlens_k.tensor();
-  p.seqused_k = seqused_k.tensor();
-  p.max_seqlen_q = c.varlen ? max_seqlen_q : 0;
-  p.max_seqlen_k = c.varlen ? max_seqlen_k : 0;
   p.deterministic = deterministic;
-  fill_options(c, *this, &p.opts);
-  p.exec.backend = backend;
-  p.exec.num_threads = num_threads;
   return p;
 }
 
