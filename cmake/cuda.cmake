@@ -5,7 +5,7 @@
 set(FLASHATTN_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures to compile kernels for")
 set(FLASHATTN_HEAD_DIMS "32;64;96;128;160;192;224;256" CACHE STRING "Head dims to instantiate CUDA kernels for")
 set(FLASHATTN_DTYPES "f16;bf16" CACHE STRING "Element types to instantiate CUDA kernels for (f16, bf16)")
-option(FLASHATTN_CUDA_BACKWARD "Instantiate the CUDA backward kernels (reserved: none exist yet)" ON)
+option(FLASHATTN_CUDA_BACKWARD "Instantiate the CUDA backward kernels" ON)
 set(CUTLASS_DIR "" CACHE PATH "A CUTLASS checkout or install (holding include/cute); default: the one scripts/setup.sh puts in .deps")
 
 set(FLASHATTN_WITH_CUDA OFF)
@@ -60,7 +60,7 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_
 
 # Adds the CUDA backend (runtime queries, dispatch and the generated kernel instantiations).
 function(flashattn_add_cuda_backend target)
-  target_sources(${target} PRIVATE cuda/runtime.cpp cuda/launch_fwd.cu cuda/kv_append_sm80.cu ${FLASHATTN_INSTANTIATION_SOURCES})
+  target_sources(${target} PRIVATE cuda/runtime.cpp cuda/launch_common.cu cuda/launch_fwd.cu cuda/launch_bwd.cu cuda/kv_append_sm80.cu ${FLASHATTN_INSTANTIATION_SOURCES})
   target_compile_definitions(${target} PRIVATE FLASHATTN_WITH_CUDA)
   target_include_directories(${target} PRIVATE ${FLASHATTN_GENERATED_DIR})
   target_include_directories(${target} SYSTEM PRIVATE ${FLASHATTN_CUTLASS_INCLUDE_DIR}

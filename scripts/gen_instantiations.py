@@ -19,6 +19,8 @@ SUPPORTED_HEAD_DIMS = [32, 64, 96, 128, 160, 192, 224, 256]
 FAMILIES = [
     dict(name="fwd_sm80", arch=80, direction="fwd", header="cuda/launch_fwd_sm80.h",
          launcher="run_fwd_sm80", params="FwdParams", params_header="cuda/fwd_params.h"),
+    dict(name="bwd_sm80", arch=80, direction="bwd", header="cuda/launch_bwd_sm80.h",
+         launcher="run_bwd_sm80", params="BwdParams", params_header="cuda/bwd_params.h"),
 ]
 
 

@@ -37,18 +37,24 @@ cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "erro
 summary+=("build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s")
 
 if [ $run_tests = 1 ]; then
-  build-gpu/tests/test_gpu_fwd --gtest_filter="$tests" > "$out/gpu-tests.log" 2>&1
-  rc=$?
-  grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests.log" | head -60
-  summary+=("gpu tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests.log" | tr '\n' ' ') (rc $rc)")
+  for suite in fwd bwd; do
+    build-gpu/tests/test_gpu_$suite --gtest_filter="$tests" > "$out/gpu-tests-$suite.log" 2>&1
+    rc=$?
+    grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests-$suite.log" | head -40
+    summary+=("gpu $suite tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests-$suite.log" | tr '\n' ' ') (rc $rc)")
+  done
 fi
 
 if [ $run_sanitizer = 1 ]; then
-  small="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*"
+  small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*"
+  small_bwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq5_sk2_h4x4_d256_bf16*:*varlen*:*drop17*:*dv40*:*sq0_*:*sk0_*"
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_fwd --gtest_filter="$small" \
-      > "$out/sanitizer-$tool.log" 2>&1
-    summary+=("sanitizer $tool: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -1))")
+    for suite in fwd bwd; do
+      filter="$small_fwd"; [ $suite = bwd ] && filter="$small_bwd"
+      compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_$suite --gtest_filter="$filter" \
+        > "$out/sanitizer-$tool-$suite.log" 2>&1
+      summary+=("sanitizer $tool $suite: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$suite.log" | tail -1))")
+    done
   done
 fi
 

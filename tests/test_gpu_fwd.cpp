@@ -10,38 +10,10 @@
 
 #include "attn_case.h"
 #include "device_mirror.h"
+#include "gpu_test_util.h"
 
 namespace flashattn::testing {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)"
-
-// Whether this build instantiated a forward kernel for the case (narrow builds leave some out).
-bool kernel_built(const AttnCase& c) {
-  flashattn_capabilities caps{};
-  caps.struct_size = sizeof caps;
-  if (flashattn_get_capabilities(&caps) != FLASHATTN_SUCCESS) return false;
-  if ((caps.cuda_dtypes & (1u << c.dtype)) == 0) return false;
-  for (int i = 0; i < caps.num_head_dims; ++i) {
-    if (caps.head_dims[i] >= std::max(c.d, c.head_dim_v())) return true;
-  }
-  return false;
-}
-
-void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {
-  for (const Check& check : checks) EXPECT_TRUE(check.pass) << c.describe() << ": " << check.to_string();
-}
-
-AttnCase shape(int64_t sq, int64_t sk, int64_t d, flashattn_dtype dtype = FLASHATTN_BF16) {
-  AttnCase c;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.d = d;
-  c.dtype = dtype;
-  c.seed = uint64_t(sq * 131 + sk * 17 + d);
-  return c;
-}
 
 std::vector<AttnCase> forward_cases() {
   std::vector<AttnCase> cases;
@@ -134,7 +106,7 @@ class GpuForward : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(GpuForward, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const AttnCase& c = GetParam();
-  if (!kernel_built(c)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
   expect_pass(check_fwd(make_attn_data(c), FLASHATTN_BACKEND_CUDA), c);
 }
 

@@ -2,183 +2,28 @@
 // validated problem and picks the instantiation (the run-time -> template dispatch point).
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
 #include <algorithm>
-#include <climits>
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/fwd_params.h"
 #include "cuda/kv_append_sm80.h"
-#include "build_config.h"
+#include "cuda/launch_common.h"
 #include "kernel_registry.h"
 
 namespace flashattn::cuda {
-namespace {
-
-constexpr int kMaxHeadDim = 256;
-constexpr int kHeadDimMultiple = 8;  // rows move in 16-byte pieces of 8 16-bit elements
-constexpr int64_t kMaxGridYZ = 65535;
-
-// The kernels move rows in 16-byte pieces: base pointers and every stride but the last must keep
-// each row 16-byte aligned.
-void check_aligned(const View& t, const char* name) {
-  constexpr int kAlignBytes = 16;
-  const int64_t elements = kAlignBytes / int64_t(flashattn_dtype_size(t.dtype));
-  FA_CHECK_SUPPORTED(reinterpret_cast<uintptr_t>(t.data) % kAlignBytes == 0, name,
-                     ": the CUDA kernels need a 16-byte aligned data pointer, got ", t.data);
-  for (int dim = 0; dim + 1 < t.rank; ++dim) {
-    FA_CHECK_SUPPORTED(t.stride[dim] % elements == 0, name, ": the CUDA kernels need strides that are "
-                       "multiples of ", elements, " elements (16 bytes), got stride[", dim, "]=",
-                       t.stride[dim]);
-  }
-}
-
-// The kernels index rows, heads and lengths with 32-bit integers (offsets are 64-bit).
-void check_int32(int64_t value, const char* what) {
-  FA_CHECK_SUPPORTED(value <= INT32_MAX, what, ": the CUDA kernels take at most ", INT32_MAX,
-                     ", got ", value);
-}
-
-// Whether this build instantiated a forward kernel that serves head_dim and dtype (checked before
-// anything runs, so that an unsupported call leaves the cache and the outputs untouched).
-bool has_fwd_kernel(int64_t head_dim, flashattn_dtype dtype) {
-  if ((kBuiltCudaDtypes & (1u << dtype)) == 0) return false;
-  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
-    if (kBuiltHeadDims[i] >= head_dim) return true;
-  }
-  return false;
-}
-
-FwdParams make_fwd_params(const AttnProblem& p) {
-  FwdParams k{};
-  k.q = p.q.data;
-  k.k = p.k.data;
-  k.v = p.v.data;
-  k.out = p.out.data;
-  k.lse = static_cast<float*>(p.lse.data);
-  auto strides3 = [](const View& t, int64_t* batch, int64_t* row, int64_t* head) {
-    if (t.rank == 4) {
-      *batch = t.stride[0], *row = t.stride[1], *head = t.stride[2];
-    } else {  // varlen: [total, heads, d]
-      *batch = 0, *row = t.stride[0], *head = t.stride[1];
-    }
-  };
-  strides3(p.q, &k.q_batch_stride, &k.q_row_stride, &k.q_head_stride);
-  strides3(p.k, &k.k_batch_stride, &k.k_row_stride, &k.k_head_stride);
-  strides3(p.v, &k.v_batch_stride, &k.v_row_stride, &k.v_head_stride);
-  strides3(p.out, &k.out_batch_stride, &k.out_row_stride, &k.out_head_stride);
-  if (p.lse.present()) {
-    if (p.lse.rank == 3) {
-      k.lse_batch_stride = p.lse.stride[0], k.lse_head_stride = p.lse.stride[1], k.lse_row_stride = p.lse.stride[2];
-    } else {
-      k.lse_batch_stride = 0, k.lse_head_stride = p.lse.stride[0], k.lse_row_stride = p.lse.stride[1];
-    }
-  }
-  k.cu_seqlens_q = p.cu_seqlens_q.as<const int32_t>();
-  k.cu_seqlens_k = p.cu_seqlens_k.as<const int32_t>();
-  k.seqused_k = p.seqused_k.as<const int32_t>();
-  k.cache_seqlens = p.cache_seqlens.as<const int32_t>();
-  k.block_table = p.block_table.as<const int32_t>();
-  k.block_table_stride = p.block_table.present() ? p.block_table.stride[0] : 0;
-  k.block_size = int(p.block_size);
-  k.batch = int(p.batch);
-  k.heads_q = int(p.heads_q);
-  k.group = int(p.heads_q / p.heads_kv);
-  k.d = int(p.d);
-  k.d_v = int(p.d_v);
-  k.seqlen_q = int(p.seqlen_q);
-  k.seqlen_k = int(p.seqlen_k);
-  k.seqlen_new = int(p.seqlen_new);
-  k.scale = p.opts.scale;
-  k.softcap = p.opts.softcap;
-  k.window_left = int(p.opts.window_left);
-  k.window_right = int(p.opts.window_right);
-  k.alibi_slopes = p.opts.alibi_slopes.as<const float>();
-  k.alibi_batch_stride = p.opts.alibi_slopes.rank == 2 ? p.opts.alibi_slopes.stride[0] : 0;
-  if (p.has_append()) {
-    k.k_new = p.k_new.data;
-    k.v_new = p.v_new.data;
-    strides3(p.k_new, &k.k_new_batch_stride, &k.k_new_row_stride, &k.k_new_head_stride);
-    strides3(p.v_new, &k.v_new_batch_stride, &k.v_new_row_stride, &k.v_new_head_stride);
-  }
-  if (p.rotary_cos.present()) {
-    k.rotary_cos = p.rotary_cos.data;
-    k.rotary_sin = p.rotary_sin.data;
-    k.rotary_row_stride = p.rotary_cos.stride[0];
-    k.rotary_dim = int(p.rotary_dim);
-    k.rotary_interleaved = p.rotary_interleaved;
-    k.rotary_f32 = p.rotary_cos.dtype == FLASHATTN_F32;
-  }
-  k.dropout_threshold = p.opts.dropout_threshold;
-  k.dropout_scale = p.opts.dropout_p > 0.f ? 1.f / (1.f - p.opts.dropout_p) : 1.f;
-  k.dropout_seed = p.opts.dropout_seed;
-  k.dropout_offset = p.opts.dropout_offset;
-  return k;
-}
-
-// Makes exec.device current for the call and restores the caller's device afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (device < 0) return;
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-    else previous_ = -1;
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  static void check(cudaError_t err, const char* what) {
-    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, ": ", cudaGetErrorString(err));
-  }
-  int previous_ = -1;
-};
-
-}  // namespace
 
 void fwd(const AttnProblem& p) {
-  FA_CHECK_SUPPORTED(p.q.dtype == FLASHATTN_F16 || p.q.dtype == FLASHATTN_BF16,
-                     "q: the CUDA kernels take f16 or bf16, got ", flashattn_dtype_string(p.q.dtype));
-  // One instantiation serves d and d_v up to its head dim: Q/K columns past d and V columns past
-  // d_v load as zeros, and only d_v output columns are stored.
-  FA_CHECK_SUPPORTED(p.d % kHeadDimMultiple == 0 && p.d <= kMaxHeadDim,
-                     "q: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
-                     ", got d=", p.d);
-  FA_CHECK_SUPPORTED(p.d_v % kHeadDimMultiple == 0 && p.d_v <= kMaxHeadDim,
-                     "v: the CUDA kernels take head dims that are multiples of 8 up to ", kMaxHeadDim,
-                     ", got d_v=", p.d_v);
-  FA_CHECK_ARG(!p.varlen_q || p.seqlen_q > 0 || p.q.shape[0] == 0,
-               "max_seqlen_q: the CUDA backend needs an upper bound of the query lengths, got 0");
-  FA_CHECK_SUPPORTED(p.batch <= kMaxGridYZ && p.heads_q <= kMaxGridYZ,
-                     "q: the CUDA grid holds at most ", kMaxGridYZ, " sequences and heads, got batch=",
-                     p.batch, ", heads_q=", p.heads_q);
-  check_int32(p.seqlen_q, p.varlen_q ? "max_seqlen_q" : "q: seqlen_q");
-  check_int32(p.seqlen_k, "k: seqlen_k");
-  check_int32(p.seqlen_new, "k_new: seqlen_new");
-  check_int32(p.block_size, "k: block_size");
-  int device_count = cuda::device_count();
-  FA_CHECK_ARG(p.exec.device < device_count, "exec.device: expected -1 or a device below ",
-               device_count, ", got ", p.exec.device);
-  check_aligned(p.q, "q");
-  check_aligned(p.k, "k");
-  check_aligned(p.v, "v");
-  check_aligned(p.out, "out");
-  const int64_t head_dim = std::max(p.d, p.d_v);
-  FA_CHECK_SUPPORTED(has_fwd_kernel(head_dim, p.q.dtype), "q: no CUDA forward kernel for head dim ",
-                     head_dim, " and dtype ", flashattn_dtype_string(p.q.dtype),
-                     " in this build (see FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES)");
+  check_attention_supported(p, /*backward=*/false);
   if (p.batch == 0) return;
   DeviceGuard device(p.exec.device);
   const FwdParams params = make_fwd_params(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
   if (p.has_append() && p.seqlen_new > 0) kv_append(params, p.q.dtype, stream);
   if (p.seqlen_q == 0) return;
-  launch_fwd_sm80(int(head_dim), p.q.dtype, params, stream);
+  launch_fwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
 }
+
+size_t fwd_workspace_size(const AttnProblem&) { return 0; }
 
 }  // namespace flashattn::cuda

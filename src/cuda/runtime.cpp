@@ -1,5 +1,5 @@
-// CUDA runtime side of the backend: device discovery and pointer classification. The backward and
-// merge kernels are not built yet (see docs/api.md): their entry points report NOT_SUPPORTED.
+// CUDA runtime side of the backend: device discovery and pointer classification. The merge kernel is
+// not built yet (see docs/api.md): its entry point reports NOT_SUPPORTED.
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
@@ -42,9 +42,6 @@ namespace {
 }
 }  // namespace
 
-void bwd(const AttnProblem&) { no_kernels("backward"); }
 void merge(const MergeProblem&) { no_kernels("merge"); }
-size_t fwd_workspace_size(const AttnProblem&) { return 0; }
-size_t bwd_workspace_size(const AttnProblem&) { return 0; }
 
 }  // namespace flashattn::cuda

@@ -24,4 +24,24 @@ template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTil
 template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 
+// sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
+// keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
+// so the key step halves above d 128 to stay clear of spills.
+template <int kHeadDim>
+struct BwdDqTileSm80 {
+  static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = kHeadDim <= 128 ? 64 : 32;
+};
+
+// sm80 backward, dk/dv pass: kWarps warps of 16 key rows (kBlockN = 16 * kWarps) sweep kBlockM
+// queries per step. Each thread holds dk and dv for kOutCols columns (kOutCols / 2 floats) plus
+// S^T and dP^T; above d 128 the output columns split over kOutSplit CTAs (each recomputes S^T and
+// dP^T) because full-width dk and dv alone would need 256 registers. Query steps of 32 above
+// d 64: with 64, S^T and dP^T spill at d 128.
+template <int kHeadDim>
+struct BwdDkvTileSm80 {
+  static constexpr int kWarps = 4, kWarpMTiles = 1;
+  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
+  static constexpr int kOutSplit = kHeadDim <= 128 ? 1 : 2;
+};
+
 }  // namespace flashattn::cuda

@@ -96,6 +96,11 @@ Timing time_bwd(const testing::AttnData& data, const ExecOptions& exec) {
   testing::DeviceMirror mirror(work);
   mirror.translate(&fwd);
   mirror.translate(&bwd);
+  size_t workspace_bytes = 0;  // passed in, as an engine would, so that no call allocates
+  check_status(flashattn_bwd_workspace_size(&bwd, &workspace_bytes), "flashattn_bwd_workspace_size");
+  testing::DeviceAllocation workspace(workspace_bytes);
+  bwd.exec.workspace = workspace.get();
+  bwd.exec.workspace_size = workspace_bytes;
   check_status(flashattn_fwd(&fwd), "flashattn_fwd");
   timing.ms = testing::median_device_ms(call, exec.warmup, exec.repeat);
   return timing;

@@ -22,6 +22,12 @@ std::vector<Buffer*> all_buffers(AttnData& d) {
           &d.alibi_slopes, &d.dout, &d.dq, &d.dk, &d.dv};
 }
 
+DeviceAllocation::DeviceAllocation(size_t bytes) {
+  if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+}
+
+DeviceAllocation::~DeviceAllocation() { cudaFree(data_); }
+
 DeviceMirror::DeviceMirror(AttnData& data) {
   for (Buffer* b : all_buffers(data)) {
     if (!b->present()) continue;

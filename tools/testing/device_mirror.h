@@ -1,6 +1,7 @@
 // Device copies of an AttnData's buffers for running the CUDA backend on a host-built case.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <vector>
 
@@ -30,6 +31,19 @@ class DeviceMirror {
 };
 
 std::vector<Buffer*> all_buffers(AttnData& data);
+
+// Device memory of `bytes` (none for 0), freed with the object: a call's workspace.
+class DeviceAllocation {
+ public:
+  explicit DeviceAllocation(size_t bytes);
+  ~DeviceAllocation();
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+  void* get() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
 
 // Median time in ms of `call` (which enqueues device work on the legacy default stream), measured
 // with CUDA events around each call after `warmup` untimed calls.

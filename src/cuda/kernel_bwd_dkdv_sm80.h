@@ -1,0 +1,145 @@
+// The sm80 backward, dk/dv pass: one CTA per (key tile, kv head, sequence) and column slice. It
+// keeps its K and V rows in shared memory and sweeps the queries of every head of the kv head's
+// group, with Q and dout double-buffered: S^T = K Q^T, dP^T = V dout^T, dS^T, dv += P^T dout,
+// dk += dS^T Q. The group's heads are summed in registers in a fixed order: no atomics, so the
+// gradients are bitwise reproducible. Runs after the dq pass, whose row statistics it reads.
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/score_mod.h"
+#include "cuda/bwd_params.h"
+#include "cuda/epilogue_bwd_sm80.h"
+#include "cuda/mainloop_bwd_sm80.h"
+#include "cuda/seq_info.h"
+#include "cuda/softmax_bwd_sm80.h"
+
+namespace flashattn::cuda {
+
+template <class K, bool kScoreMods>
+__global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __grid_constant__ BwdParams p) {
+  using Element = typename K::Element;
+  using Gemm = typename K::Gemm;
+  constexpr int kM = K::kWarpMTiles;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Element* sK = reinterpret_cast<Element*>(smem_raw);
+  Element* sV = sK + K::kBlockN * K::kSmemStride;
+  Element* sQdO = sV + K::kBlockN * K::kSmemStride;  // stage s: Q at 2s, dout at 2s + 1
+  RowStats* sStats = reinterpret_cast<RowStats*>(sQdO + 4 * K::kBlockM * K::kSmemStride);
+  auto stage_q = [&](int stage) { return sQdO + (2 * stage) * K::kBlockM * K::kSmemStride; };
+  auto stage_do = [&](int stage) { return sQdO + (2 * stage + 1) * K::kBlockM * K::kSmemStride; };
+
+  const int n_block = blockIdx.x / K::kOutSplit, col0 = (blockIdx.x % K::kOutSplit) * K::kOutCols;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const SeqInfo seq = seq_info(p, b);
+  const int stored = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : seq.seqlen_k;
+  const int n_start = n_block * K::kBlockN;
+  if (n_start >= stored) return;
+  const int stored_rows = min(K::kBlockN, stored - n_start);
+  const int keys = max(0, min(stored_rows, seq.seqlen_k - n_start));  // rows past seqused_k: 0
+  const int warp_row0 = warp * 16 * kM;
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+
+  const Element* k = static_cast<const Element*>(p.k);
+  const Element* v = static_cast<const Element*>(p.v);
+  load_rows_async<K, K::kBlockN>(
+      sK, k + k_row_offset(p, seq, b, n_start, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride),
+      p.k_row_stride, keys, p.d);
+  load_rows_async<K, K::kBlockN>(
+      sV, v + k_row_offset(p, seq, b, n_start, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride),
+      p.v_row_stride, keys, p.d_v);
+
+  // Queries that keep any key of [n_start, n_start + keys): the same range for every head.
+  const ScoreMod<float> bounds{p.scale, p.softcap, 0.f, seq.seqlen_k - seq.seqlen_q, seq.seqlen_k,
+                               p.window_left, p.window_right};
+  const int64_t off = bounds.off;
+  const int64_t i_lo = p.window_right >= 0 ? max(int64_t(0), n_start - off - p.window_right) : 0;
+  const int64_t i_hi = p.window_left >= 0 ? min(int64_t(seq.seqlen_q), n_start + keys - off + p.window_left)
+                                          : int64_t(seq.seqlen_q);
+  const int m_lo = int(i_lo / K::kBlockM);
+  const int m_blocks = keys > 0 && i_hi > i_lo ? int((i_hi + K::kBlockM - 1) / K::kBlockM) - m_lo : 0;
+  const int steps = m_blocks * p.group;
+
+  const Element* q = static_cast<const Element*>(p.q);
+  const Element* dout = static_cast<const Element*>(p.dout);
+  auto load_step = [&](int step, int stage) {
+    const int h = hk * p.group + step / m_blocks, m_start = (m_lo + step % m_blocks) * K::kBlockM;
+    const int rows = min(K::kBlockM, seq.seqlen_q - m_start);
+    load_rows_async<K, K::kBlockM>(
+        stage_q(stage), q + q_row_offset(seq, varlen_q, b, m_start, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
+        p.q_row_stride, rows, p.d);
+    load_rows_async<K, K::kBlockM>(
+        stage_do(stage), dout + q_row_offset(seq, varlen_q, b, m_start, h, p.dout_batch_stride,
+                                             p.dout_row_stride, p.dout_head_stride),
+        p.dout_row_stride, rows, p.d_v);
+    if (threadIdx.x < K::kBlockM) {
+      const int r = threadIdx.x;
+      const int64_t row = (varlen_q ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + r;
+      sStats[stage * K::kBlockM + r] =
+          r < rows ? p.stats[int64_t(h) * p.stats_rows_per_head + row] : RowStats{INFINITY, 0.f};
+    }
+  };
+
+  float acc_dk[kM][Gemm::kDTiles][4], acc_dv[kM][Gemm::kDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < Gemm::kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[mt][dt][e] = acc_dv[mt][dt][e] = 0.f;
+
+  if (steps > 0) load_step(0, 0);
+  cp_async_commit();
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step % 2;
+    if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // K, V and this step's Q, dout, statistics landed for every warp
+
+    const int h = hk * p.group + step / m_blocks, m_start = (m_lo + step % m_blocks) * K::kBlockM;
+    const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
+    BwdScores scores{bounds, !kScoreMods || (p.softcap == 0.f && slope == 0.f), p.scale * kLog2e,
+                     make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),
+                     p.dropout_scale};
+    scores.mod.alibi_slope = slope;
+
+    float st[kM][Gemm::kNTiles][4], dpt[kM][Gemm::kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < Gemm::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[mt][nt][e] = dpt[mt][nt][e] = 0.f;
+    gemm_qk<Gemm>(sK, stage_q(stage), st, warp_row0, lane);
+    gemm_qk<Gemm>(sV, stage_do(stage), dpt, warp_row0, lane);
+
+    const FragmentOrigin origin{n_start + warp_row0, m_start, lane / 4, lane % 4};
+    const bool need_mask = n_start + K::kBlockN > seq.seqlen_k ||
+                           (p.window_left >= 0 && n_start < bounds.first_key(m_start + K::kBlockM - 1)) ||
+                           (p.window_right >= 0 && n_start + K::kBlockN > bounds.last_key(m_start));
+    const RowStats* stats = sStats + stage * K::kBlockM;
+    probabilities_and_ds<true, kScoreMods>(st, dpt, scores, origin, need_mask,
+                                           [&](int c) { return stats[c]; });
+    gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
+    gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
+    __syncthreads();  // every warp is done with this stage before the next load refills it
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();  // with no step, the K / V copies may still be landing in the staging space
+  auto kv_row = [&](void* base, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+    return [=, &seq](int r) {
+      return static_cast<Element*>(base) +
+             k_row_offset(p, seq, b, n_start + r, hk, batch_stride, row_stride, head_stride);
+    };
+  };
+  store_rows_scaled<K, Gemm>(acc_dk, p.scale, sK, warp_row0, stored_rows, p.d - col0, col0,
+                             kv_row(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride));
+  store_rows_scaled<K, Gemm>(acc_dv, 1.f, sV, warp_row0, stored_rows, p.d_v - col0, col0,
+                             kv_row(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride));
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,166 @@
+// The sm80 backward, dq pass: one CTA per (query tile, head, sequence). It computes each row's
+// delta = dot(dout, out) and lse in log2 units (kept in the workspace for the dk/dv pass), then
+// sweeps the row's keys with K and V double-buffered: S = Q K^T, dP = dout V^T, dS, dq += dS K.
+// dq accumulates in f32 registers and is written once, so the result is bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/score_mod.h"
+#include "cuda/bwd_params.h"
+#include "cuda/epilogue_bwd_sm80.h"
+#include "cuda/mainloop_bwd_sm80.h"
+#include "cuda/seq_info.h"
+#include "cuda/softmax_bwd_sm80.h"
+
+namespace flashattn::cuda {
+
+// Row r of the tile: delta from dout (shared memory) and out (global), lse from the forward.
+// One warp per row, 8 columns per lane.
+template <class K>
+__device__ __forceinline__ void dq_row_stats(const BwdParams& p, const SeqInfo& seq, int b, int h,
+                                             int m_start, int m_rows,
+                                             const typename K::Element* sdO, RowStats* sStats) {
+  using Element = typename K::Element;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+  const Element* out = static_cast<const Element*>(p.out);
+  for (int r = warp; r < K::kBlockM; r += K::kWarps) {
+    float delta = 0.f;
+    if (r < m_rows) {
+      const int64_t row = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
+                                       p.out_row_stride, p.out_head_stride);
+      for (int col = lane * 8; col < p.d_v; col += 32 * 8) {
+        const uint4 o = *reinterpret_cast<const uint4*>(out + row + col);
+        const Element* o8 = reinterpret_cast<const Element*>(&o);
+        const Element* g8 = sdO + r * K::kSmemStride + col;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) delta += float(o8[e]) * float(g8[e]);
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xffffffffu, delta, offset);
+    if (lane == 0) {
+      RowStats st{INFINITY, 0.f};
+      if (r < m_rows) {
+        const int64_t row = (varlen_q ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + r;
+        const float lse = p.lse[(varlen_q ? 0 : int64_t(b) * p.lse_batch_stride) +
+                                int64_t(h) * p.lse_head_stride +
+                                (varlen_q ? seq.q_start + m_start + r : m_start + r) * p.lse_row_stride];
+        if (lse != -INFINITY) st = RowStats{lse * kLog2e, delta};
+        p.stats[int64_t(h) * p.stats_rows_per_head + row] = st;
+      }
+      sStats[r] = st;
+    }
+  }
+}
+
+template <class K, bool kScoreMods>
+__global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __grid_constant__ BwdParams p) {
+  using Element = typename K::Element;
+  using Gemm = typename K::Gemm;
+  constexpr int kM = K::kWarpMTiles;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);
+  Element* sdO = sQ + K::kBlockM * K::kSmemStride;
+  Element* sKV = sdO + K::kBlockM * K::kSmemStride;  // stage s: K at 2s, V at 2s + 1
+  RowStats* sStats = reinterpret_cast<RowStats*>(sKV + 4 * K::kBlockN * K::kSmemStride);
+  auto stage_k = [&](int stage) { return sKV + (2 * stage) * K::kBlockN * K::kSmemStride; };
+  auto stage_v = [&](int stage) { return sKV + (2 * stage + 1) * K::kBlockN * K::kSmemStride; };
+
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const SeqInfo seq = seq_info(p, b);
+  const int m_start = m_block * K::kBlockM;
+  if (m_start >= seq.seqlen_q) return;
+  const int m_rows = min(K::kBlockM, seq.seqlen_q - m_start);
+  const int hk = h / p.group;
+  const int warp_row0 = warp * 16 * kM;
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+
+  const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
+  const BwdScores scores{
+      ScoreMod<float>{p.scale, p.softcap, slope, seq.seqlen_k - seq.seqlen_q, seq.seqlen_k,
+                      p.window_left, p.window_right},
+      !kScoreMods || (p.softcap == 0.f && slope == 0.f), p.scale * kLog2e,
+      make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),
+      p.dropout_scale};
+  const ScoreMod<float>& mod = scores.mod;
+  const int key_lo = int(mod.first_key(m_start)), key_hi = int(mod.last_key(m_start + m_rows - 1));
+  const int n_block_min = key_lo / K::kBlockN;
+  const int n_block_max = key_hi > key_lo ? (key_hi + K::kBlockN - 1) / K::kBlockN : n_block_min;
+
+  const Element* k = static_cast<const Element*>(p.k);
+  const Element* v = static_cast<const Element*>(p.v);
+  const Element* k_seq = k + k_row_offset(p, seq, b, 0, hk, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  const Element* v_seq = v + k_row_offset(p, seq, b, 0, hk, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  auto load_kv = [&](int n_block, int stage) {
+    const int n0 = n_block * K::kBlockN;
+    load_rows_async<K, K::kBlockN>(stage_k(stage), k_seq + n0 * p.k_row_stride, p.k_row_stride,
+                                   seq.seqlen_k - n0, p.d);
+    load_rows_async<K, K::kBlockN>(stage_v(stage), v_seq + n0 * p.v_row_stride, p.v_row_stride,
+                                   seq.seqlen_k - n0, p.d_v);
+  };
+
+  load_rows_async<K, K::kBlockM>(
+      sQ, static_cast<const Element*>(p.q) + q_row_offset(seq, varlen_q, b, m_start, h, p.q_batch_stride,
+                                                          p.q_row_stride, p.q_head_stride),
+      p.q_row_stride, m_rows, p.d);
+  load_rows_async<K, K::kBlockM>(
+      sdO, static_cast<const Element*>(p.dout) + q_row_offset(seq, varlen_q, b, m_start, h, p.dout_batch_stride,
+                                                              p.dout_row_stride, p.dout_head_stride),
+      p.dout_row_stride, m_rows, p.d_v);
+  if (n_block_max > n_block_min) load_kv(n_block_min, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  dq_row_stats<K>(p, seq, b, h, m_start, m_rows, sdO, sStats);
+  __syncthreads();
+
+  float acc_dq[kM][Gemm::kDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < Gemm::kDTiles; ++dt) acc_dq[mt][dt][0] = acc_dq[mt][dt][1] = acc_dq[mt][dt][2] = acc_dq[mt][dt][3] = 0.f;
+  FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4};
+  const RowStats* warp_stats = sStats + warp_row0;
+
+  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    const int stage = (n_block - n_block_min) % 2;
+    if (n_block + 1 < n_block_max) load_kv(n_block + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // K, V (n_block) landed for every warp
+
+    float s[kM][Gemm::kNTiles][4], dp[kM][Gemm::kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < Gemm::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
+    gemm_qk<Gemm>(sQ, stage_k(stage), s, warp_row0, lane);
+    gemm_qk<Gemm>(sdO, stage_v(stage), dp, warp_row0, lane);
+
+    origin.col0 = n_block * K::kBlockN;
+    const int m_last = m_start + K::kBlockM - 1;
+    const bool need_mask = origin.col0 + K::kBlockN > seq.seqlen_k ||
+                           (p.window_left >= 0 && origin.col0 < mod.first_key(m_last)) ||
+                           (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
+    probabilities_and_ds<false, kScoreMods>(s, dp, scores, origin, need_mask,
+                                            [&](int r) { return warp_stats[r]; });
+    gemm_pv<Gemm>(dp, stage_k(stage), acc_dq, lane);
+    __syncthreads();  // every warp is done with this stage before the next load refills it
+  }
+
+  cp_async_wait<0>();
+  store_rows_scaled<K, Gemm>(acc_dq, p.scale, sQ, warp_row0, m_rows, p.d, 0,
+                             [&](int r) {
+                               return static_cast<Element*>(p.dq) +
+                                      q_row_offset(seq, varlen_q, b, m_start + r, h, p.dq_batch_stride,
+                                                   p.dq_row_stride, p.dq_head_stride);
+                             });
+}
+
+}  // namespace flashattn::cuda

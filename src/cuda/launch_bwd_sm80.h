@@ -1,0 +1,49 @@
+// Launcher of the sm80 backward for one (head dim, dtype): the dq pass (which also leaves the
+// rows' statistics in the workspace), then the dk/dv pass, on the caller's stream. The generated
+// instantiation files include this header and instantiate run_bwd_sm80 once each.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "cuda/kernel_bwd_dkdv_sm80.h"
+#include "cuda/kernel_bwd_dq_sm80.h"
+
+namespace flashattn::cuda {
+
+template <class Kernel>
+void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const BwdParams& p,
+                       cudaStream_t stream, const char* what) {
+  if (grid.x == 0) return;  // no query (key) rows: nothing for this pass to write
+  // Tiles above 48 KB of shared memory must be opted into, per kernel.
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+}
+
+template <bool kScoreMods, int kHeadDim, class Element>
+void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
+  using Dq = BwdDqSm80<kHeadDim, Element>;
+  using Dkv = BwdDkvSm80<kHeadDim, Element>;
+  launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>,
+                    dim3((p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, p.batch),
+                    Dq::kThreads, Dq::kSmemBytes, p, stream, "backward dq kernel");
+  launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods>,
+                    dim3((p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit,
+                         p.heads_kv, p.batch),
+                    Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
+}
+
+template <int kHeadDim, class Element>
+void run_bwd_sm80(const BwdParams& p, cudaStream_t stream) {
+  const bool score_mods = p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_threshold != 0;
+  if (score_mods) {
+    launch_bwd_passes<true, kHeadDim, Element>(p, stream);
+  } else {
+    launch_bwd_passes<false, kHeadDim, Element>(p, stream);
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,73 @@
+// The sm80 backward's score pipeline on the S and dP accumulators of one warp: scores (score
+// modifiers, mask) -> P = 2^(s - lse) -> dS = P * (Z * dP - delta) * softcap', elementwise. The dq
+// pass holds fragments with query rows, the dk/dv pass the transpose (key rows); both read the
+// same functor, so they agree with each other and with the CPU backends.
+#pragma once
+
+#include <cstdint>
+
+#include "core/math_constants.h"
+#include "core/philox.h"
+#include "core/score_mod.h"
+#include "cuda/bwd_params.h"
+#include "cuda/sm80_primitives.h"
+#include "cuda/softmax_sm80.h"
+
+namespace flashattn::cuda {
+
+// What the score pipeline needs of one (sequence, head).
+struct BwdScores {
+  ScoreMod<float> mod;
+  bool plain;          // s = scale * dot: one FFMA per element (scale_log2 folded in)
+  float scale_log2;    // scale * log2(e)
+  DropoutRng rng;      // rng.threshold == 0: no dropout
+  float keep_scale;    // 1 / (1 - p)
+};
+
+// Dropout factor Z of (i, j): 1 / (1 - p) when kept, else 0.
+__device__ __forceinline__ float dropout_factor(const DropoutRng& rng, float keep_scale, int i, int j) {
+  const Philox4 bits = rng.block(i, j >> 2);
+  const uint32_t w = (j & 2) ? ((j & 1) ? bits.x[3] : bits.x[2]) : ((j & 1) ? bits.x[1] : bits.x[0]);
+  return w >= rng.threshold ? keep_scale : 0.f;
+}
+
+// s (raw dots) <- P * Z, dp <- dS (d loss / d score, the softmax scale not yet applied).
+// kRowsAreKeys: the fragment rows are keys and its columns queries (dk/dv pass). stats(col or
+// row index within the tile) gives the query's RowStats. need_mask: the tile crosses a window
+// edge or the end of the keys.
+template <bool kRowsAreKeys, bool kScoreMods, int kM, int kNTiles, class Stats>
+__device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
+                                                     float (&dp)[kM][kNTiles][4],
+                                                     const BwdScores& c, const FragmentOrigin& o,
+                                                     bool need_mask, Stats stats) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row_in_tile = mt * 16 + o.g + 8 * (e / 2), col_in_tile = nt * 8 + 2 * o.t + e % 2;
+        const int row = o.row0 + row_in_tile, col = o.col0 + col_in_tile;
+        const int i = kRowsAreKeys ? col : row, j = kRowsAreKeys ? row : col;
+        const RowStats st = stats(kRowsAreKeys ? col_in_tile : row_in_tile);
+        float x, derivative = 1.f;
+        if (!kScoreMods || c.plain) {
+          x = s[mt][nt][e] * c.scale_log2;
+        } else {
+          float capped = c.mod.scale * s[mt][nt][e];
+          if (c.mod.softcap > 0.f) {
+            capped = c.mod.softcap * tanhf(capped / c.mod.softcap);
+            derivative = c.mod.capped_derivative(capped);
+          }
+          const int distance = i + int(c.mod.off) - j;
+          x = (capped - c.mod.alibi_slope * float(distance < 0 ? -distance : distance)) * kLog2e;
+        }
+        if (need_mask && !c.mod.keep(i, j)) x = -INFINITY;
+        const float p = fast_exp2(x - st.lse2);
+        const float z = kScoreMods && c.rng.threshold != 0 ? dropout_factor(c.rng, c.keep_scale, i, j) : 1.f;
+        dp[mt][nt][e] = p * (z * dp[mt][nt][e] - st.delta) * derivative;
+        s[mt][nt][e] = p * z;
+      }
+}
+
+}  // namespace flashattn::cuda

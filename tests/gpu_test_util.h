@@ -1,0 +1,45 @@
+// What the GPU test suites share: the skip when no device is visible, whether this build has a
+// kernel for a case, and the case builder of their grids.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "attn_case.h"
+
+namespace flashattn::testing {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device visible (or a build without CUDA)"
+
+// Whether this build instantiated a kernel for the case (narrow builds leave some out).
+inline bool kernel_built(const AttnCase& c, bool backward) {
+  flashattn_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  if (flashattn_get_capabilities(&caps) != FLASHATTN_SUCCESS) return false;
+  if ((caps.cuda_dtypes & (1u << c.dtype)) == 0) return false;
+  if (backward && !caps.cuda_backward) return false;
+  for (int i = 0; i < caps.num_head_dims; ++i) {
+    if (caps.head_dims[i] >= std::max(c.d, c.head_dim_v())) return true;
+  }
+  return false;
+}
+
+inline void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {
+  for (const Check& check : checks) EXPECT_TRUE(check.pass) << c.describe() << ": " << check.to_string();
+}
+
+inline AttnCase shape(int64_t sq, int64_t sk, int64_t d, flashattn_dtype dtype = FLASHATTN_BF16) {
+  AttnCase c;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.d = d;
+  c.dtype = dtype;
+  c.seed = uint64_t(sq * 131 + sk * 17 + d);
+  return c;
+}
+
+}  // namespace flashattn::testing

@@ -1,0 +1,220 @@
+// The CUDA backward against the CPU float64 reference under the correctness rule (gradients: 3x
+// the low-precision baseline), over awkward shapes and every feature the kernels serve; plus
+// bitwise reproducibility, streams and graph capture, and the workspace contract. Skipped, with
+// the reason, when no GPU is visible.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attn_case.h"
+#include "device_mirror.h"
+#include "gpu_test_util.h"
+
+namespace flashattn::testing {
+namespace {
+
+std::vector<AttnCase> backward_cases() {
+  std::vector<AttnCase> cases;
+  // Awkward lengths at every instantiated head dim and one that is not (80: predicated loads).
+  const std::vector<std::pair<int64_t, int64_t>> lengths = {{113, 203}, {1023, 1024}, {1024, 1023},
+                                                           {1, 239}, {5, 2}, {128, 128}};
+  for (int64_t d : {32, 64, 80, 96, 128, 160, 192, 224, 256}) {
+    for (auto [sq, sk] : lengths) {
+      if (d != 64 && d != 128 && sq >= 1023) continue;  // keep the reference's cost in bounds
+      AttnCase c = shape(sq, sk, d);
+      cases.push_back(c);
+      c.causal = true;
+      cases.push_back(c);
+    }
+  }
+  for (flashattn_dtype dtype : {FLASHATTN_F16, FLASHATTN_BF16}) {
+    AttnCase c = shape(333, 517, 128, dtype);
+    c.causal = true;
+    cases.push_back(c);
+  }
+  AttnCase c = shape(257, 300, 64);
+  c.window_left = 40, c.window_right = 7;
+  cases.push_back(c);
+  c = shape(200, 100, 64);  // rows 0..99 keep no key: zero gradients from them
+  c.window_left = 0, c.window_right = -1, c.causal = true;
+  cases.push_back(c);
+  c = shape(150, 400, 128);
+  c.window_left = 5, c.window_right = 0;
+  cases.push_back(c);
+  c = shape(203, 113, 64);
+  c.window_left = 0, c.window_right = 0;
+  cases.push_back(c);
+  c = shape(190, 190, 128);
+  c.softcap = 2.f, c.softmax_scale = 1.f;
+  cases.push_back(c);
+  c = shape(190, 230, 64);
+  c.alibi = true, c.causal = true;
+  cases.push_back(c);
+  c.alibi_per_batch = true;
+  cases.push_back(c);
+  for (int64_t ratio : {1, 3, 8}) {
+    c = shape(160, 250, 128);
+    c.heads_q = 8 * (ratio == 3 ? 3 : 1), c.heads_kv = c.heads_q / ratio;
+    c.causal = ratio == 8;
+    cases.push_back(c);
+  }
+  c = shape(300, 280, 128);  // zero-length sequences among them (batch >= 3)
+  c.batch = 5, c.varlen = true, c.causal = true, c.heads_q = 6, c.heads_kv = 2;
+  cases.push_back(c);
+  c.seqused_k = true, c.causal = false;
+  cases.push_back(c);
+  c.dropout_p = 0.25f, c.softcap = 3.f, c.seqused_k = false;
+  cases.push_back(c);
+  c = shape(211, 211, 64);
+  c.dropout_p = 0.17f;
+  cases.push_back(c);
+  c.causal = true, c.dropout_offset = 12345, c.strided = true;
+  cases.push_back(c);
+  c = shape(177, 133, 128);
+  c.strided = true;
+  cases.push_back(c);
+  c = shape(0, 50, 64);  // no queries: dk = dv = 0
+  cases.push_back(c);
+  c = shape(40, 0, 64);  // no keys: dq = 0
+  cases.push_back(c);
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {96, 40}, {192, 128}}) {
+    c = shape(150, 260, d);
+    c.dv = dv, c.causal = d > dv;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class GpuBackward : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(GpuBackward, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const AttnCase& c = GetParam();
+  if (!kernel_built(c, /*backward=*/true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  AttnData data = make_attn_data(c);
+  data.prepare_backward();
+  expect_pass(check_bwd(data, FLASHATTN_BACKEND_CUDA), c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuBackward, ::testing::ValuesIn(backward_cases()),
+                         [](const auto& info) { return info.param.describe(); });
+
+// With the deterministic flag, gradients are bitwise equal run after run (GQA, dropout, varlen:
+// every path that sums over heads or tiles).
+TEST(GpuBackwardDeterminism, FiftyRunsBitwiseEqual) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(700, 650, 128);
+  c.batch = 3, c.varlen = true, c.causal = true, c.heads_q = 8, c.heads_kv = 2, c.dropout_p = 0.1f;
+  if (!kernel_built(c, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  AttnData data = make_attn_data(c);
+  run_fwd(data, FLASHATTN_BACKEND_CUDA);
+  data.prepare_backward();
+  AttnData first = data;
+  run_bwd(first, FLASHATTN_BACKEND_CUDA, /*deterministic=*/true);
+  for (int run = 1; run < 50; ++run) {
+    AttnData again = data;
+    run_bwd(again, FLASHATTN_BACKEND_CUDA, true);
+    ASSERT_EQ(max_abs_diff(first.dq, again.dq), 0.0) << "run " << run;
+    ASSERT_EQ(max_abs_diff(first.dk, again.dk), 0.0) << "run " << run;
+    ASSERT_EQ(max_abs_diff(first.dv, again.dv), 0.0) << "run " << run;
+  }
+}
+
+// Device-memory calls made directly through the C API: streams, graphs and the workspace.
+class GpuBackwardApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    c_ = shape(300, 400, 128);
+    c_.causal = true, c_.batch = 3, c_.varlen = true;
+    if (!kernel_built(c_, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+    data_ = make_attn_data(c_);
+    run_fwd(data_, FLASHATTN_BACKEND_CUDA);
+    data_.prepare_backward();
+    expected_ = data_;
+    run_bwd(expected_, FLASHATTN_BACKEND_CUDA);
+  }
+  void expect_expected_gradients() {
+    EXPECT_EQ(max_abs_diff(data_.dq, expected_.dq), 0.0);
+    EXPECT_EQ(max_abs_diff(data_.dk, expected_.dk), 0.0);
+    EXPECT_EQ(max_abs_diff(data_.dv, expected_.dv), 0.0);
+  }
+  AttnCase c_;
+  AttnData data_, expected_;
+};
+
+TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceMirror mirror(data_);
+  flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  p.exec.stream = stream;
+  size_t bytes = 0;
+  ASSERT_EQ(flashattn_bwd_workspace_size(&p, &bytes), FLASHATTN_SUCCESS) << flashattn_last_error();
+  EXPECT_GT(bytes, 0u);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+  p.exec.workspace = workspace;
+  p.exec.workspace_size = bytes;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(flashattn_bwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  mirror.download();
+  expect_expected_gradients();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(workspace);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceMirror mirror(data_);
+  flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  p.exec.stream = stream;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(flashattn_bwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  mirror.download();
+  expect_expected_gradients();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(GpuBackwardApi, TooSmallWorkspaceIsRejectedBeforeAnyWork) {
+  DeviceMirror mirror(data_);
+  flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  size_t bytes = 0;
+  ASSERT_EQ(flashattn_bwd_workspace_size(&p, &bytes), FLASHATTN_SUCCESS);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+  p.exec.workspace = workspace;
+  p.exec.workspace_size = bytes - 1;
+  EXPECT_EQ(flashattn_bwd(&p), FLASHATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("exec.workspace_size"), std::string::npos)
+      << flashattn_last_error();
+  mirror.download();
+  for (int64_t i = 0; i < data_.dq.numel(); ++i) ASSERT_TRUE(std::isnan(data_.dq.get(i)));
+  cudaFree(workspace);
+}
+
+}  // namespace
+}  // namespace flashattn::testing
