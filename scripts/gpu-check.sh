@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the device machine: configure and build (all cores), run the GPU tests, the
-# compute-sanitizer subset and the benchmark against PyTorch; the last lines are one short table.
+# compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch; the last
+# lines are one short table.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd]
@@ -46,7 +47,7 @@ if [ $run_tests = 1 ]; then
 fi
 
 if [ $run_sanitizer = 1 ]; then
-  small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*"
+  small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*:*split3*:*b3_sq1_sk3000_h32x8_d128_bf16_paged16*:*b3_sq1_sk700_h12x2*:*GpuMerge*"
   small_bwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq5_sk2_h4x4_d256_bf16*:*varlen*:*drop17*:*dv40*:*sq0_*:*sk0_*"
   for tool in memcheck racecheck; do
     for suite in fwd bwd; do
@@ -65,6 +66,8 @@ if [ $run_bench = 1 ]; then
     > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
   python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
     tail -5 "$out/bench-torch.err"
+  build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
+  cat "$out/bench-decode.txt"
   python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
 fi
 

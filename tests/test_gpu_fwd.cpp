@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,33 @@ std::vector<AttnCase> forward_cases() {
     c.dv = dv, c.causal = d > dv;
     cases.push_back(c);
   }
+  // Split-KV, forced (splits with no key tile at all included) and chosen by the heuristic.
+  for (int splits : {2, 3, 7}) {
+    c = shape(113, 1500, 128);
+    c.num_splits = splits, c.causal = splits == 3, c.heads_q = 6, c.heads_kv = 2;
+    cases.push_back(c);
+  }
+  c = shape(20, 3000, 64);
+  c.num_splits = 64, c.window_left = 300, c.window_right = 10;  // most splits see no key
+  cases.push_back(c);
+  c = shape(70, 2000, 256);
+  c.num_splits = 5, c.softcap = 4.f, c.dv = 192;
+  cases.push_back(c);
+  // Decoding: one query, GQA heads packed into one tile, automatic splits over a paged cache,
+  // with and without the append + rotary step; unpackable (ALiBi) and forced-unsplit variants.
+  for (int64_t page : {16, 256}) {
+    c = shape(1, 3000, 128);
+    c.batch = 3, c.heads_q = 32, c.heads_kv = 8, c.page_size = page;
+    cases.push_back(c);
+  }
+  c = shape(1, 700, 128);
+  c.batch = 3, c.heads_q = 12, c.heads_kv = 2, c.kv_cache = true, c.seqlen_new = 1, c.rotary_dim = 128;
+  cases.push_back(c);
+  c.num_splits = 1;
+  cases.push_back(c);
+  c = shape(1, 900, 64, FLASHATTN_F16);
+  c.batch = 2, c.heads_q = 8, c.heads_kv = 2, c.kv_cache = true, c.alibi = true, c.causal = true;
+  cases.push_back(c);
   return cases;
 }
 
@@ -140,6 +168,74 @@ TEST(GpuForwardDropout, MaskEqualsCpu) {
   // Where the masks agree the outputs differ by rounding only; a single flipped keep bit moves an
   // element by about |v| / (1 - p) / seqlen_k, over 0.01 here.
   EXPECT_LT(max_abs_diff(gpu.out, cpu.out), 5e-3);
+}
+
+// flashattn_merge on the GPU against the CPU merge (itself checked against attention over the
+// union in test_merge): random partials with empty splits (lse -inf, NaN partials that must not be
+// read) and rows with no key anywhere. Both merge in double, so they agree to the rounding of the
+// output: 1e-6 in f32, one bf16 step (2^-8 of values within [-1, 1]).
+TEST(GpuMerge, MatchesCpuMerge) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kSplits = 5, kBatch = 2, kRows = 7, kHeads = 3, kDv = 40;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  uint64_t seed = 11;
+  for (bool varlen : {false, true}) {
+    for (flashattn_dtype partial_dtype : {FLASHATTN_F32, FLASHATTN_BF16}) {
+      for (flashattn_dtype out_dtype : {FLASHATTN_F32, FLASHATTN_BF16}) {
+        SCOPED_TRACE(::testing::Message() << (varlen ? "varlen " : "dense ") << flashattn_dtype_string(partial_dtype)
+                                          << " -> " << flashattn_dtype_string(out_dtype));
+        const std::vector<int64_t> out_shape =
+            varlen ? std::vector<int64_t>{kBatch * kRows, kHeads, kDv} : std::vector<int64_t>{kBatch, kRows, kHeads, kDv};
+        const std::vector<int64_t> lse_shape =
+            varlen ? std::vector<int64_t>{kHeads, kBatch * kRows} : std::vector<int64_t>{kBatch, kHeads, kRows};
+        std::vector<int64_t> partial_shape = out_shape, lse_partial_shape = lse_shape;
+        partial_shape.insert(partial_shape.begin(), kSplits);
+        lse_partial_shape.insert(lse_partial_shape.begin(), kSplits);
+        Buffer partial(partial_dtype, partial_shape, 3), lse_partial(FLASHATTN_F32, lse_partial_shape);
+        partial.fill_random(seed++);
+        lse_partial.fill_random(seed++, -3.0, 3.0);
+        const int64_t row_elems = kDv, rows = kBatch * kRows * kHeads;
+        for (int64_t n = 0; n < kSplits * rows; ++n) {
+          // Every third (split, row) is empty, and the first two rows of each split all are.
+          const int64_t row_in_split = n % rows;
+          if (n % 3 == 0 || row_in_split < 2) {
+            lse_partial.set(n, -std::numeric_limits<double>::infinity());
+          }
+        }
+        // NaN partials behind every empty lse (the lse and out layouts order rows differently,
+        // so poison by the lse index's (split, b, h, i) mapped into the out layout).
+        for (int64_t s = 0; s < kSplits; ++s)
+          for (int64_t b = 0; b < kBatch; ++b)
+            for (int64_t h = 0; h < kHeads; ++h)
+              for (int64_t i = 0; i < kRows; ++i) {
+                const int64_t l = varlen ? (s * kHeads + h) * kBatch * kRows + b * kRows + i
+                                         : ((s * kBatch + b) * kHeads + h) * kRows + i;
+                if (lse_partial.get(l) != -std::numeric_limits<double>::infinity()) continue;
+                const int64_t o = ((s * kBatch + b) * kRows + i) * kHeads + h;
+                for (int64_t e = 0; e < row_elems; ++e) partial.set(o * row_elems + e, kNaN);
+              }
+        Buffer cpu_out(out_dtype, out_shape, 2), cpu_lse(FLASHATTN_F32, lse_shape);
+        Buffer gpu_out = cpu_out, gpu_lse = cpu_lse;
+        for (Buffer* b : {&cpu_out, &cpu_lse, &gpu_out, &gpu_lse}) b->fill(kNaN);
+        flashattn_merge_params p;
+        flashattn_merge_params_init(&p);
+        p.out_partial = partial.tensor(), p.lse_partial = lse_partial.tensor();
+        p.out = cpu_out.tensor(), p.lse = cpu_lse.tensor();
+        p.exec.backend = FLASHATTN_BACKEND_CPU;
+        ASSERT_EQ(flashattn_merge(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+        DeviceMirror mirror({&partial, &lse_partial, &gpu_out, &gpu_lse});
+        p.out = gpu_out.tensor(), p.lse = gpu_lse.tensor();
+        p.exec.backend = FLASHATTN_BACKEND_CUDA;
+        mirror.translate(&p);
+        ASSERT_EQ(flashattn_merge(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+        mirror.download();
+        EXPECT_FALSE(has_nan(gpu_out) || has_nan(gpu_lse));
+        EXPECT_TRUE(gpu_out.guards_intact() && gpu_lse.guards_intact());
+        EXPECT_LE(max_abs_diff(gpu_out, cpu_out), out_dtype == FLASHATTN_F32 ? 1e-6 : 1.0 / 256);
+        EXPECT_LE(max_abs_diff(gpu_lse, cpu_lse), 1e-6);
+      }
+    }
+  }
 }
 
 // Errors the CUDA path reports for requests its kernels cannot serve.

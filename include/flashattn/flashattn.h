@@ -137,6 +137,10 @@ typedef struct flashattn_fwd_params {
   int32_t rotary_interleaved; /* nonzero: rotate pairs (2r, 2r+1); else (r, r + rotary_dim/2) */
   flashattn_attn_options opts;
   flashattn_exec exec;
+  /* CUDA split-KV (dense q): CTAs that share one query tile's keys, their partial results merged
+   * as flashattn_merge does. 0 = chosen from the problem size and the SM count, 1 = off, at most
+   * 128. The CPU backends ignore it. */
+  int32_t num_splits;
 } flashattn_fwd_params;
 
 /* Zeroes *params, sets struct_size and the defaults (window -1/-1, exec.device -1).

@@ -62,6 +62,7 @@ struct AttnProblem {
   int64_t rotary_dim = 0;  // append with rotary: 2 * rotary_cos.shape[1]
   bool rotary_interleaved = false;
   bool deterministic = false;
+  int64_t num_splits = 0;  // forward: CUDA split-KV request (0 = heuristic, 1 = off)
 
   View q, k, v, out, lse;             // forward (lse optional) and backward inputs
   View dout, dq, dk, dv;              // backward

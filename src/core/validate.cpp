@@ -14,8 +14,7 @@ namespace flashattn {
 namespace {
 
 constexpr int64_t kUnboundedWindow = int64_t(1) << 31;  // no int32 sequence spans this many keys
-
-
+constexpr int64_t kMaxSplits = 128;  // split-KV: more splits than this only add merge work
 constexpr int64_t kAny = -1;  // a dimension of an expected shape that any size satisfies
 
 // The stored value of an enum that came through the C ABI, as the C int it is. Read as raw
@@ -609,6 +608,9 @@ AttnProblem validate_fwd(const flashattn_fwd_params* params) {
   take_tensors(*params, kFwdTensors, p);
   p.rotary_interleaved = params->rotary_interleaved != 0;
   p.exec = params->exec;
+  FA_CHECK_ARG(params->num_splits >= 0 && params->num_splits <= kMaxSplits,
+               "num_splits: expected 0 (automatic) .. ", kMaxSplits, ", got ", params->num_splits);
+  p.num_splits = params->num_splits;
   resolve_layouts(p, params->max_seqlen_q, params->max_seqlen_k);
   resolve_append(p);
   resolve_rotary(p);

@@ -54,4 +54,36 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
   }
 }
 
+// Split-KV: this split's normalised out rows and lse, in f32, into the workspace partials
+// (rows of a dense q: b * seqlen_q + i). A split with no key writes out 0 and lse -inf, which the
+// merge skips.
+template <class K, int kM>
+__device__ __forceinline__ void store_fwd_partial(const FwdParams& p, int b, int h, int split,
+                                                  int m_start, int m_rows, const FragmentOrigin& o,
+                                                  const float (&acc_o)[kM][K::kDTiles][4],
+                                                  const OnlineSoftmax<kM>& softmax) {
+  const int64_t head_rows = (int64_t(split) * gridDim.y + h) * p.accum_rows + int64_t(b) * p.seqlen_q + m_start;
+  const int warp_row0 = o.row0 - m_start;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = softmax.sum(mt, half);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int r = warp_row0 + mt * 16 + o.g + 8 * half;
+      if (r >= m_rows) continue;
+      float* row = p.out_accum + (head_rows + r) * p.d_v;
+#pragma unroll
+      for (int dt = 0; dt < K::kDTiles; ++dt) {
+        const int col = dt * 8 + 2 * o.t;
+        if (col < p.d_v) {
+          *reinterpret_cast<float2*>(row + col) =
+              make_float2(acc_o[mt][dt][2 * half] * inv, acc_o[mt][dt][2 * half + 1] * inv);
+        }
+      }
+      if (o.t == 0) p.lse_accum[head_rows + r] = softmax.lse(mt, half, sum);
+    }
+  }
+}
+
 }  // namespace flashattn::cuda

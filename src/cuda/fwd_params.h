@@ -54,6 +54,17 @@ struct FwdParams {
   bool rotary_interleaved;
   bool rotary_f32;  // tables in f32, else in the element type
 
+  // GQA packing (one query per sequence): the group's query heads are the rows of one tile,
+  // pack_gqa rows per query (1: off). The host rewrote the q / out / lse strides so that row r of
+  // kv head h is query head h * pack_gqa + r, and set heads_q = heads_kv, group = 1.
+  int pack_gqa;
+  // Split-KV: num_splits CTAs share a query tile's keys and write their normalised partial out
+  // and lse (f32, workspace) for the merge kernel instead of out and lse. Dense q only.
+  int num_splits;   // 1: off
+  float* out_accum;  // [num_splits, heads (of the grid), accum_rows, d_v]
+  float* lse_accum;  // [num_splits, heads (of the grid), accum_rows]
+  int64_t accum_rows;  // batch * seqlen_q
+
   uint32_t dropout_threshold;  // 0: no dropout
   float dropout_scale;         // 1 / (1 - p)
   uint64_t dropout_seed, dropout_offset;

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   Element* sK = sQ + K::kBlockM * K::kSmemStride;
   Element* sV = sK + K::kBlockN * K::kSmemStride;
 
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int m_block = blockIdx.x / p.num_splits, split = blockIdx.x % p.num_splits;
+  const int h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SeqInfo seq = seq_info(p, b);
   const int m_start = m_block * K::kBlockM;
@@ -38,16 +39,24 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   const int warp_row0 = warp * 16 * kM;
 
   const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
-  const ScoreMod<float> mod{p.scale, p.softcap, slope, seq.seqlen_k - seq.seqlen_q, seq.seqlen_k,
+  const int pack = p.pack_gqa;  // rows per query: masks index queries by row / pack
+  const ScoreMod<float> mod{p.scale, p.softcap, slope, seq.seqlen_k - seq.seqlen_q / pack, seq.seqlen_k,
                             p.window_left, p.window_right};
   const bool plain_scores = !kScoreMods || (p.softcap == 0.f && slope == 0.f);  // s = scale * dot
   const DropoutRng rng = make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b,
                                           p.heads_q, h);
 
-  // Keys any row of this tile keeps (first_key and last_key grow with the row).
-  const int key_lo = int(mod.first_key(m_start)), key_hi = int(mod.last_key(m_start + m_rows - 1));
-  const int n_block_min = key_lo / K::kBlockN;
-  const int n_block_max = key_hi > key_lo ? (key_hi + K::kBlockN - 1) / K::kBlockN : n_block_min;
+  // Keys any row of this tile keeps (first_key and last_key grow with the row), and this split's
+  // share of their tiles.
+  const int key_lo = int(mod.first_key(m_start / pack));
+  const int key_hi = int(mod.last_key((m_start + m_rows - 1) / pack));
+  int n_block_min = key_lo / K::kBlockN;
+  int n_block_max = key_hi > key_lo ? (key_hi + K::kBlockN - 1) / K::kBlockN : n_block_min;
+  if (p.num_splits > 1) {
+    const int per_split = (n_block_max - n_block_min + p.num_splits - 1) / p.num_splits;
+    n_block_min = min(n_block_max, n_block_min + split * per_split);
+    n_block_max = min(n_block_max, n_block_min + per_split);
+  }
 
   const Element* q = static_cast<const Element*>(p.q);
   const Element* k = static_cast<const Element*>(p.k);
@@ -60,9 +69,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
     cp_async_wait<0>();
     __syncthreads();  // the loop's first barrier orders these writes before any read of sQ
     const int pairs = p.rotary_dim / 2;
-    const int64_t pos0 = int64_t(p.cache_seqlens[b]) + m_start;
     for (int c = threadIdx.x; c < m_rows * pairs; c += K::kThreads) {
-      rotate_pair<Element, float>(p, sQ + (c / pairs) * K::kSmemStride, pos0 + c / pairs, c % pairs);
+      const int64_t position = int64_t(p.cache_seqlens[b]) + (m_start + c / pairs) / pack;
+      rotate_pair<Element, float>(p, sQ + (c / pairs) * K::kSmemStride, position, c % pairs);
     }
   }
   // Row 0 of this sequence and kv head in k and v (paged caches address rows page by page).
@@ -100,7 +109,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt) acc_o[mt][dt][0] = acc_o[mt][dt][1] = acc_o[mt][dt][2] = acc_o[mt][dt][3] = 0.f;
   OnlineSoftmax<kM> softmax(plain_scores ? p.scale * kLog2e : 1.f);
-  FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4};
+  FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4, pack};
 
   // Key tiles from the last to the first: with causal masks the masked diagonal tile comes first.
   for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
@@ -124,10 +133,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
     // Only tiles that cross a window edge or the end of the keys need the per-element mask; it and
     // the score modifiers run as their own passes so that an interior plain tile pays for neither.
     origin.col0 = n_block * K::kBlockN;
-    const int m_last = m_start + K::kBlockM - 1;
+    const int q_first = m_start / pack, q_last = (m_start + K::kBlockM - 1) / pack;
     const bool need_mask = origin.col0 + K::kBlockN > seq.seqlen_k ||
-                           (p.window_left >= 0 && origin.col0 < mod.first_key(m_last)) ||
-                           (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
+                           (p.window_left >= 0 && origin.col0 < mod.first_key(q_last)) ||
+                           (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(q_first));
     if (!plain_scores) apply_score_mods(s, mod, origin);
     if (need_mask) apply_mask(s, mod, origin);
     softmax.update(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
@@ -141,7 +150,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
 
   cp_async_wait<0>();  // a tile with no key never waited for its Q copy
   __syncthreads();     // every warp is done with sQ and sV
-  store_fwd_tile<K>(p, seq, b, h, m_start, m_rows, origin, acc_o, softmax, sQ);
+  if (p.num_splits > 1) {
+    store_fwd_partial<K>(p, b, h, split, m_start, m_rows, origin, acc_o, softmax);
+  } else {
+    store_fwd_tile<K>(p, seq, b, h, m_start, m_rows, origin, acc_o, softmax, sQ);
+  }
 }
 
 }  // namespace flashattn::cuda

@@ -151,6 +151,8 @@ FwdParams make_fwd_params(const AttnProblem& p) {
   k.dropout_scale = p.opts.dropout_p > 0.f ? 1.f / (1.f - p.opts.dropout_p) : 1.f;
   k.dropout_seed = p.opts.dropout_seed;
   k.dropout_offset = p.opts.dropout_offset;
+  k.pack_gqa = 1;
+  k.num_splits = 1;
   return k;
 }
 

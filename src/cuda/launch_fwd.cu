@@ -1,5 +1,6 @@
 // The CUDA forward entry: checks what the kernels support, fills the kernel params from the
-// validated problem and picks the instantiation (the run-time -> template dispatch point).
+// validated problem, plans GQA packing and split-KV, and picks the instantiation (the run-time ->
+// template dispatch point).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -9,21 +10,134 @@
 #include "cuda/fwd_params.h"
 #include "cuda/kv_append_sm80.h"
 #include "cuda/launch_common.h"
+#include "cuda/merge_params.h"
+#include "cuda/tile_size.h"
 #include "kernel_registry.h"
 
 namespace flashattn::cuda {
+namespace {
+
+constexpr int kCtasPerSm = 2;         // the forward's occupancy (registers) at every head dim
+constexpr int kMinKeyTilesPerSplit = 4;  // below this a split's fixed cost outweighs its share
+constexpr int kMaxAutoSplits = 64;
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+int sm_count(int device) {
+  if (device < 0) cudaGetDevice(&device);
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    fail(FLASHATTN_CUDA_ERROR, "exec.device: cannot read the SM count of device ", device);
+  }
+  return count;
+}
+
+// How one forward call runs: packed GQA rows, the number of key splits and their workspace.
+struct FwdPlan {
+  int pack = 1;        // query heads per tile row group (1: off)
+  int splits = 1;
+  int64_t rows = 0;    // query rows per (sequence, grid head)
+  int64_t heads = 0;   // heads of the grid
+  size_t out_accum_bytes = 0, lse_accum_bytes = 0;
+  size_t workspace_bytes() const { return out_accum_bytes + lse_accum_bytes; }
+};
+
+FwdPlan plan_fwd(const AttnProblem& p) {
+  FwdPlan plan;
+  const int64_t group = p.heads_q / p.heads_kv;
+  // One query per sequence (decoding): the group's heads share K/V, so one tile serves them all
+  // and K/V stream once per kv head. ALiBi and dropout key on the head and stay unpacked.
+  if (!p.varlen_q && p.seqlen_q == 1 && group > 1 && !p.opts.alibi_slopes.present() &&
+      p.opts.dropout_p == 0.f) {
+    plan.pack = int(group);
+  }
+  plan.rows = p.seqlen_q * plan.pack;
+  plan.heads = p.heads_q / plan.pack;
+  FA_CHECK_SUPPORTED(!p.varlen_q || p.num_splits <= 1,
+                     "num_splits: the CUDA split-KV forward takes a dense q, got varlen q with num_splits=",
+                     p.num_splits);
+  if (p.varlen_q || p.num_splits == 1 || p.seqlen_q == 0) return plan;
+  const int head_dim = int(std::max(p.d, p.d_v));
+  const int64_t ctas = p.batch * plan.heads * ((plan.rows + fwd_block_m_sm80(head_dim) - 1) / fwd_block_m_sm80(head_dim));
+  if (p.num_splits > 1) {
+    plan.splits = int(p.num_splits);
+  } else {  // enough splits for two waves of CTAs, each split keeping a few key tiles
+    const int64_t slots = int64_t(sm_count(p.exec.device)) * kCtasPerSm;
+    const int64_t key_tiles = (p.seqlen_k + fwd_block_n_sm80(head_dim) - 1) / fwd_block_n_sm80(head_dim);
+    if (ctas < slots) {
+      const int64_t wanted = (2 * slots + ctas - 1) / ctas;
+      plan.splits = int(std::max<int64_t>(1, std::min({wanted, key_tiles / kMinKeyTilesPerSplit,
+                                                       int64_t(kMaxAutoSplits)})));
+    }
+  }
+  if (plan.splits > 1) {
+    const size_t rows = size_t(plan.splits * plan.heads * p.batch * plan.rows);
+    plan.out_accum_bytes = align_up(rows * size_t(p.d_v) * sizeof(float));
+    plan.lse_accum_bytes = align_up(rows * sizeof(float));
+  }
+  return plan;
+}
+
+// Rewrites the params so that the kernel sees plan.pack rows per query of one kv head: row r of
+// kv head h is query head h * pack + r (dense q with one query per sequence).
+void pack_gqa_rows(FwdParams& k, int pack) {
+  k.pack_gqa = pack;
+  if (pack == 1) return;
+  k.seqlen_q *= pack;
+  k.heads_q /= pack;
+  k.group = 1;
+  k.q_row_stride = k.q_head_stride, k.q_head_stride *= pack;
+  k.out_row_stride = k.out_head_stride, k.out_head_stride *= pack;
+  k.lse_row_stride = k.lse_head_stride, k.lse_head_stride *= pack;
+}
+
+// The merge of the split partials into out and lse (the kernel's grid heads and rows).
+MergeParams combine_params(const FwdParams& k, const FwdPlan& plan, flashattn_dtype dtype) {
+  MergeParams m{};
+  m.splits = plan.splits, m.batch = k.batch, m.rows = k.seqlen_q, m.heads = k.heads_q, m.d_v = k.d_v;
+  m.out_partial = k.out_accum;
+  m.partial_dtype = FLASHATTN_F32;
+  m.op_row = k.d_v, m.op_batch = int64_t(k.seqlen_q) * k.d_v, m.op_head = k.accum_rows * k.d_v;
+  m.op_split = m.op_head * k.heads_q;
+  m.lse_partial = k.lse_accum;
+  m.lp_row = 1, m.lp_batch = k.seqlen_q, m.lp_head = k.accum_rows, m.lp_split = k.accum_rows * k.heads_q;
+  m.out = k.out;
+  m.out_dtype = dtype;
+  m.o_batch = k.out_batch_stride, m.o_row = k.out_row_stride, m.o_head = k.out_head_stride;
+  m.lse = k.lse;
+  m.l_batch = k.lse_batch_stride, m.l_row = k.lse_row_stride, m.l_head = k.lse_head_stride;
+  return m;
+}
+
+}  // namespace
 
 void fwd(const AttnProblem& p) {
   check_attention_supported(p, /*backward=*/false);
   if (p.batch == 0) return;
   DeviceGuard device(p.exec.device);
-  const FwdParams params = make_fwd_params(p);
+  const FwdPlan plan = plan_fwd(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
+  Scratch workspace(p.exec, plan.workspace_bytes(), stream);
+  FwdParams params = make_fwd_params(p);
   if (p.has_append() && p.seqlen_new > 0) kv_append(params, p.q.dtype, stream);
   if (p.seqlen_q == 0) return;
+  pack_gqa_rows(params, plan.pack);
+  params.num_splits = plan.splits;
+  if (plan.splits > 1) {
+    params.out_accum = static_cast<float*>(workspace.data());
+    params.lse_accum = reinterpret_cast<float*>(static_cast<char*>(workspace.data()) + plan.out_accum_bytes);
+    params.accum_rows = int64_t(params.batch) * params.seqlen_q;
+  }
   launch_fwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
+  if (plan.splits > 1) launch_merge(combine_params(params, plan, p.q.dtype), stream);
 }
 
-size_t fwd_workspace_size(const AttnProblem&) { return 0; }
+size_t fwd_workspace_size(const AttnProblem& p) {
+  check_attention_supported(p, /*backward=*/false);
+  DeviceGuard device(p.exec.device);
+  return plan_fwd(p).workspace_bytes();
+}
 
 }  // namespace flashattn::cuda

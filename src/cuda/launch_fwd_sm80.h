@@ -16,7 +16,7 @@ void launch(const FwdParams& p, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          K::kSmemBytes);
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
-  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM * p.num_splits, p.heads_q, p.batch);
   kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward kernel launch: ", cudaGetErrorString(err));

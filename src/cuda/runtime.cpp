@@ -1,8 +1,6 @@
-// CUDA runtime side of the backend: device discovery and pointer classification. The merge kernel is
-// not built yet (see docs/api.md): its entry point reports NOT_SUPPORTED.
+// CUDA runtime side of the backend: device discovery and pointer classification.
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
 #include "cuda/cuda_backend.h"
 
 namespace flashattn::cuda {
@@ -34,14 +32,5 @@ bool is_device_pointer(const void* p) {
 }
 
 bool is_device_only_pointer(const void* p) { return memory_type(p) == cudaMemoryTypeDevice; }
-
-namespace {
-[[noreturn]] void no_kernels(const char* what) {
-  fail(FLASHATTN_NOT_SUPPORTED, "exec.backend: the CUDA ", what,
-       " kernels are not part of this version of flashattn yet; use a CPU backend");
-}
-}  // namespace
-
-void merge(const MergeProblem&) { no_kernels("merge"); }
 
 }  // namespace flashattn::cuda

@@ -27,6 +27,7 @@ struct FragmentOrigin {
   int row0;  // query row of fragment row 0 (m-tile 0, g = 0)
   int col0;  // key of fragment column 0 (n-tile 0, t = 0)
   int g, t;  // the thread's lane / 4 and lane % 4
+  int pack = 1;  // rows per query (GQA packing): the mask's query index is row / pack
 };
 
 // s <- softcap / ALiBi-modified scores, in log2 units.
@@ -53,7 +54,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int i = o.row0 + mt * 16 + o.g + 8 * half;
+      const int i = (o.row0 + mt * 16 + o.g + 8 * half) / o.pack;
       const int lo = int(mod.first_key(i)) - o.col0, hi = int(mod.last_key(i)) - o.col0;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)

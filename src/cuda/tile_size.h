@@ -24,6 +24,16 @@ template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTil
 template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 
+// Query rows and keys of one forward tile at a head dim, for the host's split-KV heuristic (the
+// table's rows change only at d 128 and its key tiles only at d 64).
+constexpr int fwd_block_m_sm80(int head_dim) {
+  return head_dim <= 128 ? 16 * FwdTileSm80<128>::kWarps * FwdTileSm80<128>::kWarpMTiles
+                         : 16 * FwdTileSm80<256>::kWarps * FwdTileSm80<256>::kWarpMTiles;
+}
+constexpr int fwd_block_n_sm80(int head_dim) {
+  return head_dim <= 64 ? FwdTileSm80<64>::kBlockN : FwdTileSm80<128>::kBlockN;
+}
+
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
 // so the key step halves above d 128 to stay clear of spills.

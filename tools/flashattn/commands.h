@@ -11,5 +11,6 @@ constexpr int kExitUsage = 2;  // the command line is wrong
 int info_command(int argc, char** argv);
 int run_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
+int bench_decode_command(int argc, char** argv);
 
 }  // namespace flashattn::cli

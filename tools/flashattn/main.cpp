@@ -1,5 +1,5 @@
-// flashattn: the command-line program of the library. Dispatches to run / bench / info and turns
-// errors into exit statuses: 2 for a wrong command line (with a hint), 1 for a library error.
+// flashattn: the command-line program of the library. Dispatches to run / bench / bench-decode /
+// info and turns errors into exit statuses: 2 for a wrong command line (with a hint), 1 for a library error.
 #include <cstdio>
 #include <new>
 #include <stdexcept>
@@ -25,6 +25,8 @@ constexpr Command kCommands[] = {
      flashattn::cli::run_command},
     {"bench", "time a grid of problems (GUIDE section 4's standard grid) and print a table",
      flashattn::cli::bench_command},
+    {"bench-decode", "time decoding steps (one query, GQA, paged cache): time and memory bandwidth",
+     flashattn::cli::bench_decode_command},
     {"info", "print the version, the build configuration and the devices visible",
      flashattn::cli::info_command},
 };
@@ -32,7 +34,7 @@ constexpr Command kCommands[] = {
 void print_usage() {
   std::printf("usage: flashattn <command> [flags]\n\ncommands:\n");
   for (const Command& command : kCommands) {
-    std::printf("  %-7s %s\n", command.name, command.summary);
+    std::printf("  %-12s %s\n", command.name, command.summary);
   }
   std::printf("\n'flashattn <command> --help' lists the flags of a command. "
               "'flashattn --version' prints the version.\n");
@@ -48,7 +50,7 @@ int usage_error(const std::string& where, const std::string& message, const std:
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    return usage_error("flashattn", "missing command (run, bench or info)", "flashattn --help");
+    return usage_error("flashattn", "missing command (run, bench, bench-decode or info)", "flashattn --help");
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
@@ -74,6 +76,6 @@ int main(int argc, char** argv) {
       return kExitFail;
     }
   }
-  return usage_error("flashattn", "unknown command '" + name + "' (expected run, bench or info)",
+  return usage_error("flashattn", "unknown command '" + name + "' (expected run, bench, bench-decode or info)",
                      "flashattn --help");
 }

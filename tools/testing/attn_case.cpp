@@ -140,6 +140,7 @@ std::string AttnCase::describe() const {
   if (rotary_dim > 0) os << "_rot" << rotary_dim << (rotary_interleaved ? "i" : "");
   if (!lse) os << "_nolse";
   if (strided) os << "_strided";
+  if (num_splits > 0) os << "_split" << num_splits;
   return os.str();
 }
 
@@ -362,6 +363,7 @@ flashattn_fwd_params AttnData::fwd_params(flashattn_backend backend, int num_thr
   p.rotary_cos = rotary_cos.tensor();
   p.rotary_sin = rotary_sin.tensor();
   p.rotary_interleaved = c.rotary_interleaved;
+  p.num_splits = c.num_splits;
   return p;
 }
 

@@ -75,6 +75,7 @@ struct AttnCase {
   bool rotary_interleaved = false;
   bool lse = true;
   bool strided = false;  // pad rows of q/k/v/out/dout/dq/dk/dv
+  int num_splits = 0;    // forward: the CUDA split-KV request (0 automatic, 1 off)
   uint64_t seed = 1;     // input data
 
   int64_t head_dim_v() const { return dv > 0 ? dv : d; }

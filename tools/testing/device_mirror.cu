@@ -28,8 +28,10 @@ DeviceAllocation::DeviceAllocation(size_t bytes) {
 
 DeviceAllocation::~DeviceAllocation() { cudaFree(data_); }
 
-DeviceMirror::DeviceMirror(AttnData& data) {
-  for (Buffer* b : all_buffers(data)) {
+DeviceMirror::DeviceMirror(AttnData& data) : DeviceMirror(all_buffers(data)) {}
+
+DeviceMirror::DeviceMirror(const std::vector<Buffer*>& buffers) {
+  for (Buffer* b : buffers) {
     if (!b->present()) continue;
     Entry e{b, nullptr};
     check(cudaMalloc(reinterpret_cast<void**>(&e.device), b->storage_bytes()), "cudaMalloc");
@@ -68,12 +70,25 @@ void DeviceMirror::translate(flashattn_bwd_params* p) const {
   }
 }
 
+void DeviceMirror::translate(flashattn_merge_params* p) const {
+  for (flashattn_tensor* t : {&p->out_partial, &p->lse_partial, &p->out, &p->lse}) translate(t);
+}
+
 void DeviceMirror::download() {
   check(cudaDeviceSynchronize(), "kernel execution");
   for (const Entry& e : entries_) {
     check(cudaMemcpy(e.host->storage(), e.device, e.host->storage_bytes(), cudaMemcpyDeviceToHost),
           "download");
   }
+}
+
+double device_copy_tbps(size_t bytes, int repeat) {
+  DeviceAllocation source(bytes), destination(bytes);
+  check(cudaMemset(source.get(), 1, bytes), "cudaMemset");
+  const double ms = median_device_ms(
+      [&] { check(cudaMemcpyAsync(destination.get(), source.get(), bytes, cudaMemcpyDeviceToDevice), "copy"); },
+      2, repeat);
+  return 2.0 * double(bytes) / (ms * 1e-3) * 1e-12;
 }
 
 double median_device_ms(const std::function<void()>& call, int warmup, int repeat) {

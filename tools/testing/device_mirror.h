@@ -12,6 +12,7 @@ namespace flashattn::testing {
 class DeviceMirror {
  public:
   explicit DeviceMirror(AttnData& data);  // allocates and uploads every present buffer
+  explicit DeviceMirror(const std::vector<Buffer*>& buffers);
   ~DeviceMirror();
   DeviceMirror(const DeviceMirror&) = delete;
   DeviceMirror& operator=(const DeviceMirror&) = delete;
@@ -19,10 +20,11 @@ class DeviceMirror {
   // Rewrites every tensor pointer of params from host to device memory.
   void translate(flashattn_fwd_params* params) const;
   void translate(flashattn_bwd_params* params) const;
+  void translate(flashattn_merge_params* params) const;
   void download();  // copies every buffer back to the host
+  void translate(flashattn_tensor* t) const;
 
  private:
-  void translate(flashattn_tensor* t) const;
   struct Entry {
     Buffer* host;
     unsigned char* device;
@@ -44,6 +46,10 @@ class DeviceAllocation {
  private:
   void* data_ = nullptr;
 };
+
+// The device's copy bandwidth in TB/s (bytes read + written per second) of a device-to-device
+// copy of `bytes`, median of `repeat` copies: the ceiling a memory-bound kernel is judged against.
+double device_copy_tbps(size_t bytes, int repeat);
 
 // Median time in ms of `call` (which enqueues device work on the legacy default stream), measured
 // with CUDA events around each call after `warmup` untimed calls.

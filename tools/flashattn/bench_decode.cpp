@@ -1,0 +1,96 @@
+// `flashattn bench-decode`: one decoding step per problem (one query per sequence, GQA, a paged
+// KV cache filled to seqlen_k), for each cache length and page size: time and the memory
+// bandwidth it achieves (K and V of every kept key, plus q and out, read or written once per
+// call), beside the device's copy bandwidth measured in the same run.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "attn_case.h"
+#include "commands.h"
+#include "measure.h"
+#ifdef FLASHATTN_CLI_CUDA
+#include "device_mirror.h"
+#endif
+
+namespace flashattn::cli {
+namespace {
+
+const std::vector<int64_t> kGpuKeys{1024, 2048, 4096, 8192, 16384, 32768};
+const std::vector<int64_t> kCpuKeys{1024, 2048};  // the CPU streams K/V ~100x slower
+constexpr RepeatCounts kGpuRepeats{10, 50};
+constexpr RepeatCounts kCpuRepeats{1, 3};
+constexpr size_t kCopyBytes = size_t(1) << 30;  // far beyond L2
+
+const CommandSpec kBenchDecode{
+    "bench-decode",
+    "Times one decoding step: batch sequences of one query each against a paged KV cache that\n"
+    "holds seqlen_k keys, heads_q / heads_kv GQA heads. Prints the time and the bandwidth the\n"
+    "step achieves (bytes of K, V, q and out over the time) and, on a GPU, the device's copy\n"
+    "bandwidth measured in the same run. Defaults: batch 32, 32 / 8 heads, d 128, bf16, keys\n"
+    "1k..32k (1k, 2k on the CPU), pages of 16 and 256.",
+    {{"batch", "N", "sequences (default 32)"},
+     {"heads", "H", "query heads (default 32)"},
+     {"heads-kv", "H", "kv heads (default 8)"},
+     {"d", "D", "head dim (default 128)"},
+     {"keys", "K,...", "cache lengths"},
+     {"page-sizes", "P,...", "page sizes (default 16,256)"},
+     {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
+     {"backend", "B", "auto, cpu, reference or cuda (default auto)"},
+     {"threads", "N", "CPU threads, 0 = all (default 0)"},
+     {"warmup", "N", "untimed calls before each measurement"},
+     {"repeat", "N", "timed calls per measurement, median reported"}}};
+
+}  // namespace
+
+int bench_decode_command(int argc, char** argv) {
+  Flags flags(kBenchDecode, argc, argv);
+  if (flags.help()) {
+    print_usage(kBenchDecode);
+    return 0;
+  }
+  const ExecOptions exec = parse_exec(flags, kCpuRepeats, kGpuRepeats);
+  const flashattn_backend used = resolve_backend(exec.backend);
+  const bool cpu = is_cpu_backend(used);
+  testing::AttnCase c;
+  c.batch = flags.get_int("batch", 32, 1, 4096);
+  c.heads_q = flags.get_int("heads", 32, 1, 1024);
+  c.heads_kv = flags.get_int("heads-kv", 8, 1, c.heads_q);
+  if (c.heads_q % c.heads_kv != 0) throw UsageError("--heads-kv must divide --heads");
+  c.d = flags.get_int("d", 128, 8, 256);
+  c.dtype = parse_dtype("dtype", flags.get_string("dtype", "bf16"));
+  c.seqlen_q = 1;
+  const std::vector<int64_t> keys = flags.get_int_list("keys", cpu ? kCpuKeys : kGpuKeys, 1, 1 << 20);
+  const std::vector<int64_t> pages = flags.get_int_list("page-sizes", {16, 256}, 1, 1 << 16);
+
+  std::printf("decoding: batch %lld, heads %lld / %lld, d %lld, %s, backend %s, median of %d\n",
+              (long long)c.batch, (long long)c.heads_q, (long long)c.heads_kv, (long long)c.d,
+              flashattn_dtype_string(c.dtype), backend_name(used), exec.repeat);
+#ifdef FLASHATTN_CLI_CUDA
+  if (!cpu) std::printf("device copy bandwidth: %.3f TB/s\n", testing::device_copy_tbps(kCopyBytes, exec.repeat));
+#endif
+  std::printf("%8s %6s %10s %10s\n", "keys", "page", "us", "TB/s");
+  for (int64_t page : pages) {
+    for (int64_t n : keys) {
+      c.page_size = page;
+      c.seqlen_k = (n + page - 1) / page * page;  // cache capacity: whole pages
+      testing::AttnData data = testing::make_attn_data(c);
+      for (int64_t b = 0; b < c.batch; ++b) {  // every sequence holds n keys
+        data.cache_seqlens.set_i32(b, int32_t(n));
+        data.seqlens_k[size_t(b)] = n;
+      }
+      data.k.fill_random(c.seed + 1);  // the builder left the slots past its random lengths NaN
+      data.v.fill_random(c.seed + 2);
+      const Timing t = time_fwd(data, exec);
+      const double element = double(flashattn_dtype_size(c.dtype));
+      const double bytes = element * double(c.batch) *
+                           (double(n) * double(c.heads_kv) * 2.0 * double(c.d) + 2.0 * double(c.heads_q) * double(c.d));
+      std::printf("%8lld %6lld %10.1f %10.3f\n", (long long)n, (long long)page, t.ms * 1e3,
+                  bytes / (t.ms * 1e-3) * 1e-12);
+    }
+  }
+  return 0;
+}
+
+}  // namespace flashattn::cli
