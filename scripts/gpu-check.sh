@@ -5,6 +5,8 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd]
+# The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
+# a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
@@ -23,9 +25,11 @@ while [ $# -gt 0 ]; do
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-out="${OUT:-/tmp/gpu-check}"
-mkdir -p "$out"
+out=/tmp/gpu-check-logs
+rm -rf "$out"; mkdir -p "$out"
 summary=()
+pack_logs() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tar.gz" -C "$out" . ; }
+trap pack_logs EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
 
 gtest_flags=()
@@ -39,7 +43,7 @@ summary+=("build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s")
 
 if [ $run_tests = 1 ]; then
   for suite in fwd bwd; do
-    build-gpu/tests/test_gpu_$suite --gtest_filter="$tests" > "$out/gpu-tests-$suite.log" 2>&1
+    timeout 300 build-gpu/tests/test_gpu_$suite --gtest_filter="$tests" > "$out/gpu-tests-$suite.log" 2>&1
     rc=$?
     grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests-$suite.log" | head -40
     summary+=("gpu $suite tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests-$suite.log" | tr '\n' ' ') (rc $rc)")
@@ -52,7 +56,7 @@ if [ $run_sanitizer = 1 ]; then
   for tool in memcheck racecheck; do
     for suite in fwd bwd; do
       filter="$small_fwd"; [ $suite = bwd ] && filter="$small_bwd"
-      compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_$suite --gtest_filter="$filter" \
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_$suite --gtest_filter="$filter" \
         > "$out/sanitizer-$tool-$suite.log" 2>&1
       summary+=("sanitizer $tool $suite: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$suite.log" | tail -1))")
     done
@@ -62,17 +66,17 @@ fi
 if [ $run_bench = 1 ]; then
   ours_flags=(--fwd-only) torch_flags=()
   [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
-  build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
+  timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
     > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
-  python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
+  timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
     tail -5 "$out/bench-torch.err"
-  build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
+  timeout 120 build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
   cat "$out/bench-decode.txt"
   python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
 fi
 
 # The sm_90a SASS of the kernels, for reading offline.
-cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "$out/kernels-sm90a.sass.gz"
+cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "${OUT:-$out}/kernels-sm90a.sass.gz"
 
 echo "=== summary ($(cat "$out/device.txt"))"
 printf '%s\n' "${summary[@]}"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -126,6 +127,17 @@ std::vector<AttnCase> forward_cases() {
   c = shape(1, 900, 64, FLASHATTN_F16);
   c.batch = 2, c.heads_q = 8, c.heads_kv = 2, c.kv_cache = true, c.alibi = true, c.causal = true;
   cases.push_back(c);
+  // The few-rows tile (query rows <= 64): a packed group of 32, a window with automatic splits, and
+  // a packed group of 96 rows that needs the full tile.
+  c = shape(1, 1500, 64);
+  c.batch = 2, c.heads_q = 64, c.heads_kv = 2;
+  cases.push_back(c);
+  c = shape(40, 2000, 96);
+  c.window_left = 500, c.window_right = 0;
+  cases.push_back(c);
+  c = shape(1, 1500, 128);
+  c.batch = 1, c.heads_q = 96, c.heads_kv = 1;
+  cases.push_back(c);
   return cases;
 }
 
@@ -140,6 +152,36 @@ TEST_P(GpuForward, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuForward, ::testing::ValuesIn(forward_cases()),
                          [](const auto& info) { return info.param.describe(); });
+
+// Offsets past 2^31 elements: a paged cache of more than 2^31 elements per tensor whose used
+// pages sit at its far end. The unused pages hold NaN, so a wrapped offset that lands in them shows.
+TEST(GpuForwardLarge, PagedCacheBeyondInt32Elements) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(3, 600, 128);
+  c.batch = 2, c.heads_q = 16, c.heads_kv = 8, c.page_size = 256;
+  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  const int64_t page_elems = c.page_size * c.heads_kv * c.d;
+  const int64_t num_blocks = (int64_t(1) << 31) / page_elems + 8;  // > 2^31 elements
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const size_t tensor_bytes = size_t(num_blocks * page_elems) * flashattn_dtype_size(c.dtype);
+  if (free_bytes < 2 * tensor_bytes + (size_t(1) << 30)) GTEST_SKIP() << "needs 2 x " << tensor_bytes << " bytes of device memory";
+  AttnData data = make_attn_data(c);
+  const int64_t used_pages = data.block_table.numel();
+  for (Buffer* cache : {&data.k, &data.v}) {
+    Buffer large(c.dtype, {num_blocks, c.page_size, c.heads_kv, c.d});
+    std::memset(large.data(), 0xFF, tensor_bytes);  // all-ones f16 / bf16: NaN
+    const size_t page_bytes = size_t(page_elems) * flashattn_dtype_size(c.dtype);
+    for (int64_t i = 0; i < used_pages; ++i) {  // page i of the table moves to the far end
+      const int64_t from = data.block_table.get_i32(i), to = num_blocks - 1 - i;
+      std::memcpy(static_cast<char*>(large.data()) + size_t(to) * page_bytes,
+                  static_cast<const char*>(cache->data()) + size_t(from) * page_bytes, page_bytes);
+    }
+    *cache = std::move(large);
+  }
+  for (int64_t i = 0; i < used_pages; ++i) data.block_table.set_i32(i, int32_t(num_blocks - 1 - i));
+  expect_pass(check_fwd(data, FLASHATTN_BACKEND_CUDA), c);
+}
 
 // The same inputs give bitwise the same outputs, run after run.
 TEST(GpuForwardDeterminism, HundredRunsBitwiseEqual) {

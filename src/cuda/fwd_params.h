@@ -58,6 +58,8 @@ struct FwdParams {
   // pack_gqa rows per query (1: off). The host rewrote the q / out / lse strides so that row r of
   // kv head h is query head h * pack_gqa + r, and set heads_q = heads_kv, group = 1.
   int pack_gqa;
+  // The host chose the few-rows tile variant (tile_size.h): every query tile's rows fit in it.
+  bool few_rows;
   // Split-KV: num_splits CTAs share a query tile's keys and write their normalised partial out
   // and lse (f32, workspace) for the merge kernel instead of out and lse. Dense q only.
   int num_splits;   // 1: off

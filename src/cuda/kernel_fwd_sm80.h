@@ -20,7 +20,7 @@ namespace flashattn::cuda {
 // kScoreMods: the instantiation that serves softcap, ALiBi and dropout; the plain one leaves their
 // code out, which saves registers and per-element work on the common path.
 template <class K, bool kScoreMods>
-__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80(const __grid_constant__ FwdParams p) {
   using Element = typename K::Element;
   constexpr int kM = K::kWarpMTiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -37,6 +37,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
   const int m_rows = min(K::kBlockM, seq.seqlen_q - m_start);
   const int hk = h / p.group;
   const int warp_row0 = warp * 16 * kM;
+  // In the few-rows variant a warp whose rows all lie past the tile's end (decoding tiles hold a
+  // few rows) only loads and synchronises: its O stays 0 and its rows are never stored. (The
+  // table's tiles keep the test out: it costs their main loop 100 bytes of spills at d 128.)
+  const bool warp_has_rows = !K::kSkipsEmptyWarps || warp_row0 < m_rows;
 
   const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
   const int pack = p.pack_gqa;  // rows per query: masks index queries by row / pack
@@ -123,13 +127,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm80(const __grid_c
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int nt = 0; nt < K::kNTiles; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-    gemm_qk<K>(sQ, sK, s, warp_row0, lane);
+    if (warp_has_rows) gemm_qk<K>(sQ, sK, s, warp_row0, lane);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n_block) landed; every warp is done reading K
     if (n_block > n_block_min) load_k(n_block - 1);
     cp_async_commit();
 
+    if (!warp_has_rows) continue;
     // Only tiles that cross a window edge or the end of the keys need the per-element mask; it and
     // the score modifiers run as their own passes so that an interior plain tile pays for neither.
     origin.col0 = n_block * K::kBlockN;

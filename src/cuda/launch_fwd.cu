@@ -17,9 +17,11 @@
 namespace flashattn::cuda {
 namespace {
 
-constexpr int kCtasPerSm = 2;         // the forward's occupancy (registers) at every head dim
 constexpr int kMinKeyTilesPerSplit = 4;  // below this a split's fixed cost outweighs its share
 constexpr int kMaxAutoSplits = 64;
+// Of the split counts whose last wave of CTAs is nearly as full as the best one's, the smallest
+// wins: each split adds partials to write and merge.
+constexpr double kWaveFillSlack = 0.85;
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -37,12 +39,19 @@ int sm_count(int device) {
 // How one forward call runs: packed GQA rows, the number of key splits and their workspace.
 struct FwdPlan {
   int pack = 1;        // query heads per tile row group (1: off)
+  bool few_rows = false;  // the few-rows tile variant (tile_size.h)
   int splits = 1;
   int64_t rows = 0;    // query rows per (sequence, grid head)
   int64_t heads = 0;   // heads of the grid
   size_t out_accum_bytes = 0, lse_accum_bytes = 0;
   size_t workspace_bytes() const { return out_accum_bytes + lse_accum_bytes; }
 };
+
+// The fraction of the CTA slots that `ctas` CTAs keep busy over their waves.
+double wave_fill(int64_t ctas, int64_t slots) {
+  const int64_t waves = (ctas + slots - 1) / slots;
+  return double(ctas) / double(waves * slots);
+}
 
 FwdPlan plan_fwd(const AttnProblem& p) {
   FwdPlan plan;
@@ -58,18 +67,28 @@ FwdPlan plan_fwd(const AttnProblem& p) {
   FA_CHECK_SUPPORTED(!p.varlen_q || p.num_splits <= 1,
                      "num_splits: the CUDA split-KV forward takes a dense q, got varlen q with num_splits=",
                      p.num_splits);
-  if (p.varlen_q || p.num_splits == 1 || p.seqlen_q == 0) return plan;
   const int head_dim = int(std::max(p.d, p.d_v));
-  const int64_t ctas = p.batch * plan.heads * ((plan.rows + fwd_block_m_sm80(head_dim) - 1) / fwd_block_m_sm80(head_dim));
+  const bool score_mods = p.opts.softcap > 0.f || p.opts.alibi_slopes.present() || p.opts.dropout_p > 0.f;
+  plan.few_rows = !p.varlen_q && plan.rows <= kFwdFewRowsBlockM && head_dim <= kFwdFewRowsMaxHeadDim &&
+                  !score_mods;
+  if (p.varlen_q || p.num_splits == 1 || p.seqlen_q == 0) return plan;
+  const int block_m = fwd_block_m_sm80(head_dim, plan.few_rows);
+  const int64_t ctas = p.batch * plan.heads * ((plan.rows + block_m - 1) / block_m);
   if (p.num_splits > 1) {
     plan.splits = int(p.num_splits);
-  } else {  // enough splits for two waves of CTAs, each split keeping a few key tiles
-    const int64_t slots = int64_t(sm_count(p.exec.device)) * kCtasPerSm;
+  } else {  // split only when the CTAs leave slots idle; then fill the waves, with a few key tiles per split
+    const int64_t slots = int64_t(sm_count(p.exec.device)) * (plan.few_rows ? kFwdFewRowsCtasPerSm : kFwdCtasPerSm);
     const int64_t key_tiles = (p.seqlen_k + fwd_block_n_sm80(head_dim) - 1) / fwd_block_n_sm80(head_dim);
-    if (ctas < slots) {
-      const int64_t wanted = (2 * slots + ctas - 1) / ctas;
-      plan.splits = int(std::max<int64_t>(1, std::min({wanted, key_tiles / kMinKeyTilesPerSplit,
-                                                       int64_t(kMaxAutoSplits)})));
+    const int64_t most = std::min<int64_t>(key_tiles / kMinKeyTilesPerSplit, kMaxAutoSplits);
+    if (ctas < slots && most > 1) {
+      double best = 0.0;
+      for (int64_t s = 1; s <= most; ++s) best = std::max(best, wave_fill(ctas * s, slots));
+      for (int64_t s = 1; s <= most; ++s) {
+        if (wave_fill(ctas * s, slots) >= kWaveFillSlack * best) {
+          plan.splits = int(s);
+          break;
+        }
+      }
     }
   }
   if (plan.splits > 1) {
@@ -124,6 +143,7 @@ void fwd(const AttnProblem& p) {
   if (p.has_append() && p.seqlen_new > 0) kv_append(params, p.q.dtype, stream);
   if (p.seqlen_q == 0) return;
   pack_gqa_rows(params, plan.pack);
+  params.few_rows = plan.few_rows;
   params.num_splits = plan.splits;
   if (plan.splits > 1) {
     params.out_accum = static_cast<float*>(workspace.data());

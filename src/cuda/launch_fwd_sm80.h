@@ -26,6 +26,12 @@ template <int kHeadDim, class Element>
 void run_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using K = FwdSm80<kHeadDim, Element>;
   const bool score_mods = p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_threshold != 0;
+  if constexpr (kHeadDim <= kFwdFewRowsMaxHeadDim) {
+    if (p.few_rows) {  // the host's plan leaves score modifiers on the table's tiles
+      if (score_mods) fail(FLASHATTN_INTERNAL_ERROR, "few-rows forward tile planned with score modifiers");
+      return launch<FwdSm80<kHeadDim, Element, true>, false>(p, stream);
+    }
+  }
   if (score_mods) {
     launch<K, true>(p, stream);
   } else {

@@ -10,13 +10,16 @@
 
 namespace flashattn::cuda {
 
-template <int kHeadDim_, class Element_>
+// kFewRows: the few-rows variant (tile_size.h), one m-tile per warp and four CTAs per SM.
+template <int kHeadDim_, class Element_, bool kFewRows = false>
 struct FwdSm80 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = FwdTileSm80<kHeadDim>::kWarps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kWarpMTiles = FwdTileSm80<kHeadDim>::kWarpMTiles;
+  static constexpr int kWarpMTiles = kFewRows ? 1 : FwdTileSm80<kHeadDim>::kWarpMTiles;
+  static constexpr bool kSkipsEmptyWarps = kFewRows;  // see warp_has_rows in the kernel
+  static constexpr int kMinCtasPerSm = kFewRows ? kFwdFewRowsCtasPerSm : 1;
   static constexpr int kBlockM = kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockN = FwdTileSm80<kHeadDim>::kBlockN;
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
@@ -26,6 +29,8 @@ struct FwdSm80 {
   static constexpr int kSmemStride = kHeadDim + 8;
   static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemStride * int(sizeof(Element));
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");
+  static_assert(!kFewRows || (kBlockM == kFwdFewRowsBlockM && kHeadDim <= kFwdFewRowsMaxHeadDim),
+                "the few-rows variant is the host's 64-row tile up to its head dim");
 };
 
 // Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen

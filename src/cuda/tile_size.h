@@ -24,9 +24,21 @@ template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTil
 template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
 
+// The few-rows variant of the sm80 forward, for problems whose query rows fit one 64-row tile
+// (decoding with packed GQA heads, short chunks): one m-tile per warp halves the registers, so four
+// CTAs share an SM and twice the K/V bytes are in flight, which is what a memory-bound step needs.
+// Only up to d 128 (above, the table already has one m-tile per warp and O fills the registers)
+// and without score modifiers (their instantiation stays at two CTAs per SM).
+constexpr int kFwdFewRowsBlockM = 64;
+constexpr int kFwdFewRowsMaxHeadDim = 128;
+constexpr int kFwdFewRowsCtasPerSm = 4;
+// The table's tiles keep two CTAs per SM at every head dim (255 registers).
+constexpr int kFwdCtasPerSm = 2;
+
 // Query rows and keys of one forward tile at a head dim, for the host's split-KV heuristic (the
 // table's rows change only at d 128 and its key tiles only at d 64).
-constexpr int fwd_block_m_sm80(int head_dim) {
+constexpr int fwd_block_m_sm80(int head_dim, bool few_rows) {
+  if (few_rows) return kFwdFewRowsBlockM;
   return head_dim <= 128 ? 16 * FwdTileSm80<128>::kWarps * FwdTileSm80<128>::kWarpMTiles
                          : 16 * FwdTileSm80<256>::kWarps * FwdTileSm80<256>::kWarpMTiles;
 }

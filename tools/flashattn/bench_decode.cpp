@@ -2,7 +2,11 @@
 // KV cache filled to seqlen_k), for each cache length and page size: time and the memory
 // bandwidth it achieves (K and V of every kept key, plus q and out, read or written once per
 // call), beside the device's copy bandwidth measured in the same run.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -42,6 +46,48 @@ const CommandSpec kBenchDecode{
      {"warmup", "N", "untimed calls before each measurement"},
      {"repeat", "N", "timed calls per measurement, median reported"}}};
 
+// A tensor filled by repeating one random block: the step's time depends on the lengths, not the
+// values, and drawing 2^30 values one by one would take minutes.
+testing::Buffer repeating_random(flashattn_dtype dtype, std::vector<int64_t> shape, uint64_t seed) {
+  testing::Buffer out(dtype, std::move(shape));
+  testing::Buffer block(dtype, {int64_t(1) << 16});
+  block.fill_random(seed);
+  const size_t total = size_t(out.numel()) * flashattn_dtype_size(dtype);
+  const size_t block_bytes = size_t(block.numel()) * flashattn_dtype_size(dtype);
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (size_t at = 0; at < total; at += block_bytes) {
+    std::memcpy(dst + at, block.data(), std::min(block_bytes, total - at));
+  }
+  return out;
+}
+
+// The case's data with a paged cache of `capacity` keys per sequence in shuffled pages. The
+// builder of the test library fills caches value by value; this one does not.
+testing::AttnData make_decode_data(testing::AttnCase c, int64_t capacity) {
+  const int64_t page = c.page_size;
+  c.seqlen_k = page;  // the library builds q, out and lse; the cache is replaced below
+  testing::AttnData data = testing::make_attn_data(c);
+  const int64_t blocks_per_seq = (capacity + page - 1) / page, num_blocks = c.batch * blocks_per_seq;
+  std::vector<int32_t> pages(static_cast<size_t>(num_blocks));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937_64(c.seed));
+  data.block_table = testing::Buffer(FLASHATTN_I32, {c.batch, blocks_per_seq});
+  for (int64_t i = 0; i < num_blocks; ++i) data.block_table.set_i32(i, pages[size_t(i)]);
+  data.k = repeating_random(c.dtype, {num_blocks, page, c.heads_kv, c.d}, c.seed + 1);
+  data.v = repeating_random(c.dtype, {num_blocks, page, c.heads_kv, c.d}, c.seed + 2);
+  data.c.seqlen_k = blocks_per_seq * page;
+  return data;
+}
+
+// Every sequence holds `keys` keys.
+void set_cache_length(testing::AttnData& data, int64_t keys) {
+  for (int64_t b = 0; b < data.c.batch; ++b) {
+    data.cache_seqlens.set_i32(b, int32_t(keys));
+    data.seqlens_k[size_t(b)] = keys;
+  }
+  data.max_seqlen_k = keys;
+}
+
 }  // namespace
 
 int bench_decode_command(int argc, char** argv) {
@@ -71,23 +117,19 @@ int bench_decode_command(int argc, char** argv) {
   if (!cpu) std::printf("device copy bandwidth: %.3f TB/s\n", testing::device_copy_tbps(kCopyBytes, exec.repeat));
 #endif
   std::printf("%8s %6s %10s %10s\n", "keys", "page", "us", "TB/s");
+  const int64_t capacity = *std::max_element(keys.begin(), keys.end());
   for (int64_t page : pages) {
+    c.page_size = page;
+    testing::AttnData data = make_decode_data(c, capacity);
     for (int64_t n : keys) {
-      c.page_size = page;
-      c.seqlen_k = (n + page - 1) / page * page;  // cache capacity: whole pages
-      testing::AttnData data = testing::make_attn_data(c);
-      for (int64_t b = 0; b < c.batch; ++b) {  // every sequence holds n keys
-        data.cache_seqlens.set_i32(b, int32_t(n));
-        data.seqlens_k[size_t(b)] = n;
-      }
-      data.k.fill_random(c.seed + 1);  // the builder left the slots past its random lengths NaN
-      data.v.fill_random(c.seed + 2);
+      set_cache_length(data, n);
       const Timing t = time_fwd(data, exec);
       const double element = double(flashattn_dtype_size(c.dtype));
       const double bytes = element * double(c.batch) *
                            (double(n) * double(c.heads_kv) * 2.0 * double(c.d) + 2.0 * double(c.heads_q) * double(c.d));
       std::printf("%8lld %6lld %10.1f %10.3f\n", (long long)n, (long long)page, t.ms * 1e3,
                   bytes / (t.ms * 1e-3) * 1e-12);
+      std::fflush(stdout);  // a long run shows its progress through a pipe
     }
   }
   return 0;

@@ -71,6 +71,11 @@ Timing time_fwd(const testing::AttnData& data, const ExecOptions& exec) {
 #ifdef FLASHATTN_CLI_CUDA
   testing::DeviceMirror mirror(work);
   mirror.translate(&params);
+  size_t workspace_bytes = 0;  // split-KV partials; passed in, as an engine would
+  check_status(flashattn_fwd_workspace_size(&params, &workspace_bytes), "flashattn_fwd_workspace_size");
+  testing::DeviceAllocation workspace(workspace_bytes);
+  params.exec.workspace = workspace.get();
+  params.exec.workspace_size = workspace_bytes;
   timing.ms = testing::median_device_ms(call, exec.warmup, exec.repeat);
   return timing;
 #else

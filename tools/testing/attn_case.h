@@ -41,6 +41,7 @@ class Buffer {
   void* data() const { return tensor_.data; }
   // The whole allocation, guard bands included (device mirrors copy it as it is).
   unsigned char* storage() { return storage_.data(); }
+  const unsigned char* storage() const { return storage_.data(); }
   size_t storage_bytes() const { return storage_.size(); }
   size_t guard_bytes() const { return guard_bytes_; }
 
