@@ -60,7 +60,7 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_
 
 # Adds the CUDA backend (runtime queries, dispatch and the generated kernel instantiations).
 function(flashattn_add_cuda_backend target)
-  target_sources(${target} PRIVATE cuda/runtime.cpp cuda/launch_common.cu cuda/launch_fwd.cu cuda/launch_bwd.cu cuda/kv_append_sm80.cu cuda/merge_sm80.cu ${FLASHATTN_INSTANTIATION_SOURCES})
+  target_sources(${target} PRIVATE cuda/runtime.cpp cuda/launch_common.cu cuda/launch_fwd.cu cuda/launch_bwd.cu cuda/kv_append_sm80.cu cuda/merge_sm80.cu cuda/bwd_rows_sm80.cu ${FLASHATTN_INSTANTIATION_SOURCES})
   target_compile_definitions(${target} PRIVATE FLASHATTN_WITH_CUDA)
   target_include_directories(${target} PRIVATE ${FLASHATTN_GENERATED_DIR})
   target_include_directories(${target} SYSTEM PRIVATE ${FLASHATTN_CUTLASS_INCLUDE_DIR}

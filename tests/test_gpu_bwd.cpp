@@ -96,7 +96,19 @@ TEST_P(GpuBackward, MatchesReference) {
   if (!kernel_built(c, /*backward=*/true)) GTEST_SKIP() << "no backward kernel for this case in this build";
   AttnData data = make_attn_data(c);
   data.prepare_backward();
-  expect_pass(check_bwd(data, FLASHATTN_BACKEND_CUDA), c);
+  expect_pass(check_bwd(data, FLASHATTN_BACKEND_CUDA), c);  // the single pass, dq by atomics
+}
+
+// The deterministic path (a dq pass, then the dk/dv pass) over the same grid, its longest
+// sequences left out to keep the reference's cost in bounds.
+TEST_P(GpuBackward, DeterministicMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const AttnCase& c = GetParam();
+  if (!kernel_built(c, /*backward=*/true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  if (c.seqlen_q >= 1023) GTEST_SKIP() << "the single-pass test covers this length";
+  AttnData data = make_attn_data(c);
+  data.prepare_backward();
+  expect_pass(check_bwd(data, FLASHATTN_BACKEND_CUDA, /*deterministic=*/true), c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuBackward, ::testing::ValuesIn(backward_cases()),

@@ -1,5 +1,5 @@
 // The backward kernels' parameters: the forward's (q, k, v, out, lse, layouts and score options)
-// plus the gradients, dout and the per-row statistics the dq pass leaves for the dk/dv pass.
+// plus the gradients, dout, the per-row statistics the dk/dv pass reads and the dq accumulator.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,9 @@ struct BwdParams : FwdParams {
   int heads_kv;
   int max_stored_k;         // rows of k per sequence the dk/dv grid covers (varlen: bound)
   RowStats* stats;          // workspace: [heads_q, stats_rows_per_head]
+  // The single-pass backward's dq accumulator (workspace, zeroed, [heads_q, stats_rows_per_head,
+  // d] f32, unscaled), added to by f32 atomics; nullptr: the two deterministic passes.
+  float* dq_accum;
   int64_t stats_rows_per_head;  // dense: batch * seqlen_q; varlen: total_q
 };
 

@@ -1,8 +1,11 @@
 // The sm80 backward, dk/dv pass: one CTA per (key tile, kv head, sequence) and column slice. It
 // keeps its K and V rows in shared memory and sweeps the queries of every head of the kv head's
 // group, with Q and dout double-buffered: S^T = K Q^T, dP^T = V dout^T, dS^T, dv += P^T dout,
-// dk += dS^T Q. The group's heads are summed in registers in a fixed order: no atomics, so the
-// gradients are bitwise reproducible. Runs after the dq pass, whose row statistics it reads.
+// dk += dS^T Q. The group's heads are summed in registers in a fixed order, so dk and dv are
+// bitwise reproducible. Two modes: after the dq pass (deterministic: it reads the row statistics
+// that pass left), or as the single pass of the backward (kDqAtomic: after the row-statistics
+// kernel, and it also stages dS in shared memory and adds dq = dS K into an f32 accumulator by
+// atomics, which FlashAttention-2 does too: 5 matrix products per tile instead of 7).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +20,54 @@
 
 namespace flashattn::cuda {
 
-template <class K, bool kScoreMods>
+// The single pass's dq step: this warp's dS^T fragments go to sdS as dS (rows = queries), then each
+// warp multiplies one m16 tile of queries by its share of this CTA's K columns and adds the
+// product to dq_accum with f32 atomics (rows past the sequence's queries skipped).
+template <class K, int kM, int kNTiles>
+__device__ __forceinline__ void add_dq(const BwdParams& p, const SeqInfo& seq, int b, int h, int m_start,
+                                       int col0, const float (&ds_t)[kM][kNTiles][4],
+                                       const typename K::Element* sK, typename K::Element* sdS,
+                                       int warp_row0, int lane) {
+  using Element = typename K::Element;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp_row0 + mt * 16 + g + 8 * (e / 2), query = nt * 8 + 2 * t + e % 2;
+        sdS[query * K::kDsStride + key] = Element(ds_t[mt][nt][e]);
+      }
+  __syncthreads();  // every warp's dS landed
+
+  const int warp = threadIdx.x / 32;
+  if (warp / K::kDqMTiles >= K::kDqWarpsN) return;
+  const int q0 = (warp % K::kDqMTiles) * 16, c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
+  float acc[K::kDqDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  gemm_smem_ab<Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
+      sdS + q0 * K::kDsStride, sK + c0, acc, lane);
+
+  const int64_t row0 = (p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + q0;
+  float* dq = p.dq_accum + (int64_t(h) * p.stats_rows_per_head + row0) * p.d;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    if (m_start + q0 + r >= seq.seqlen_q) continue;
+#pragma unroll
+    for (int dt = 0; dt < K::kDqDTiles; ++dt) {
+      const int col = c0 + dt * 8 + 2 * t;
+      if (col < p.d) {
+        atomicAdd(dq + int64_t(r) * p.d + col, acc[dt][2 * half]);
+        atomicAdd(dq + int64_t(r) * p.d + col + 1, acc[dt][2 * half + 1]);
+      }
+    }
+  }
+}
+
+template <class K, bool kScoreMods, bool kDqAtomic>
 __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __grid_constant__ BwdParams p) {
   using Element = typename K::Element;
   using Gemm = typename K::Gemm;
@@ -27,6 +77,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   Element* sV = sK + K::kBlockN * K::kSmemStride;
   Element* sQdO = sV + K::kBlockN * K::kSmemStride;  // stage s: Q at 2s, dout at 2s + 1
   RowStats* sStats = reinterpret_cast<RowStats*>(sQdO + 4 * K::kBlockM * K::kSmemStride);
+  Element* sdS = reinterpret_cast<Element*>(sStats + 2 * K::kBlockM);  // [query][key]
   auto stage_q = [&](int stage) { return sQdO + (2 * stage) * K::kBlockM * K::kSmemStride; };
   auto stage_do = [&](int stage) { return sQdO + (2 * stage + 1) * K::kBlockM * K::kSmemStride; };
 
@@ -125,7 +176,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
                                            [&](int c) { return stats[c]; });
     gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
     gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
-    __syncthreads();  // every warp is done with this stage before the next load refills it
+    if constexpr (kDqAtomic) add_dq<K>(p, seq, b, h, m_start, col0, dpt, sK, sdS, warp_row0, lane);
+    __syncthreads();  // every warp is done with this stage (and sdS) before the next step refills it
   }
 
   cp_async_wait<0>();

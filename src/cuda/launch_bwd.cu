@@ -1,12 +1,13 @@
 // The CUDA backward entry: checks what the kernels support, fills the kernel params, sets up the
-// workspace of the rows' statistics and picks the instantiation (the run-time -> template
-// dispatch point of the backward).
+// workspace (the rows' statistics, and for the single pass the f32 dq accumulator) and picks the
+// instantiation (the run-time -> template dispatch point of the backward).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "cuda/bwd_params.h"
+#include "cuda/bwd_rows_sm80.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/launch_common.h"
 #include "kernel_registry.h"
@@ -17,6 +18,19 @@ namespace {
 // Query rows per head that the statistics workspace indexes: every row of q.
 int64_t stats_rows_per_head(const AttnProblem& p) {
   return p.varlen_q ? p.q.shape[0] : p.batch * p.seqlen_q;
+}
+
+constexpr size_t kAlign = 256;
+
+size_t stats_bytes(const AttnProblem& p) {
+  const size_t bytes = size_t(p.heads_q * stats_rows_per_head(p)) * sizeof(RowStats);
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+// The single pass (dq by atomics, whose order varies run to run) unless the call asks for
+// bitwise-reproducible gradients.
+size_t dq_accum_bytes(const AttnProblem& p) {
+  return p.deterministic ? 0 : size_t(p.heads_q * stats_rows_per_head(p) * p.d) * sizeof(float);
 }
 
 BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
@@ -45,14 +59,14 @@ BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
   k.max_stored_k = int(bound_by_total ? p.k.shape[0] : p.seqlen_k);
   k.stats = static_cast<RowStats*>(workspace);
   k.stats_rows_per_head = stats_rows_per_head(p);
+  k.dq_accum = p.deterministic ? nullptr
+                               : reinterpret_cast<float*>(static_cast<char*>(workspace) + stats_bytes(p));
   return k;
 }
 
 }  // namespace
 
-size_t bwd_workspace_size(const AttnProblem& p) {
-  return size_t(p.heads_q * stats_rows_per_head(p)) * sizeof(RowStats);
-}
+size_t bwd_workspace_size(const AttnProblem& p) { return stats_bytes(p) + dq_accum_bytes(p); }
 
 void bwd(const AttnProblem& p) {
   check_attention_supported(p, /*backward=*/true);
@@ -65,7 +79,13 @@ void bwd(const AttnProblem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
   Scratch workspace(p.exec, bwd_workspace_size(p), stream);
   const BwdParams params = make_bwd_params(p, workspace.data());
+  if (params.dq_accum != nullptr) {
+    const cudaError_t err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes(p), stream);
+    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaMemsetAsync (dq accumulator): ", cudaGetErrorString(err));
+    launch_bwd_row_stats(params, p.q.dtype, stream);
+  }
   launch_bwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
+  if (params.dq_accum != nullptr) launch_bwd_dq_convert(params, p.q.dtype, stream);
 }
 
 }  // namespace flashattn::cuda

@@ -1,6 +1,8 @@
-// Launcher of the sm80 backward for one (head dim, dtype): the dq pass (which also leaves the
-// rows' statistics in the workspace), then the dk/dv pass, on the caller's stream. The generated
-// instantiation files include this header and instantiate run_bwd_sm80 once each.
+// Launcher of the sm80 backward's main kernels for one (head dim, dtype), on the caller's stream:
+// deterministic, the dq pass (which also leaves the rows' statistics in the workspace) then the
+// dk/dv pass; otherwise the single dk/dv pass that adds dq by atomics (launch_bwd.cu runs the
+// row-statistics and dq-conversion kernels around it). The generated instantiation files include
+// this header and instantiate run_bwd_sm80 once each.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,14 +28,22 @@ void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, co
 template <bool kScoreMods, int kHeadDim, class Element>
 void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   using Dq = BwdDqSm80<kHeadDim, Element>;
-  using Dkv = BwdDkvSm80<kHeadDim, Element>;
+  auto dkv_grid = [&](int block_n, int out_split) {
+    return dim3((p.max_stored_k + block_n - 1) / block_n * out_split, p.heads_kv, p.batch);
+  };
+  if (p.dq_accum != nullptr) {
+    using Single = BwdDkvSm80<kHeadDim, Element, true>;
+    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, dkv_grid(Single::kBlockN, Single::kOutSplit),
+                      Single::kThreads, Single::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+    return;
+  }
+  using Dkv = BwdDkvSm80<kHeadDim, Element, false>;
   launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>,
                     dim3((p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, p.batch),
                     Dq::kThreads, Dq::kSmemBytes, p, stream, "backward dq kernel");
-  launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods>,
-                    dim3((p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit,
-                         p.heads_kv, p.batch),
-                    Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
+  launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, dkv_grid(Dkv::kBlockN, Dkv::kOutSplit),
+                    Dkv::kThreads, Dkv::kSmemBytes,
+                    p, stream, "backward dk/dv kernel");
 }
 
 template <int kHeadDim, class Element>

@@ -51,9 +51,14 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
 // dk/dv pass: a CTA owns kBlockN keys of one kv head (and kOutCols of the kOutSplit column
 // slices of dk and dv) and sweeps the queries of the group's heads in kBlockM steps, with Q,
 // dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T.
-template <int kHeadDim, class Element>
-struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, BwdDkvTileSm80<kHeadDim>::kWarps> {
-  using Base = BwdSm80Base<kHeadDim, Element, BwdDkvTileSm80<kHeadDim>::kWarps>;
+// kSinglePass: the variant that also adds dq by atomics, with its own warp count.
+template <int kHeadDim, class Element, bool kSinglePass>
+struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element,
+                                kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
+                                            : BwdDkvTileSm80<kHeadDim>::kWarps> {
+  using Base = BwdSm80Base<kHeadDim, Element,
+                           kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
+                                       : BwdDkvTileSm80<kHeadDim>::kWarps>;
   static constexpr int kWarpMTiles = BwdDkvTileSm80<kHeadDim>::kWarpMTiles;
   static constexpr int kBlockN = Base::kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockM = BwdDkvTileSm80<kHeadDim>::kBlockM;
@@ -61,9 +66,47 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, BwdDkvTileSm80<kHeadDim>::kWa
   static constexpr int kOutCols = kHeadDim / kOutSplit;
   using Gemm = WarpGemmShape<Element, kHeadDim, kWarpMTiles, kBlockM / 8, kOutCols / 8>;
   static constexpr int kTileBytes = Base::kSmemStride * int(sizeof(Element));
-  static constexpr int kSmemBytes =
-      (2 * kBlockN + 4 * kBlockM) * kTileBytes + 2 * kBlockM * int(sizeof(float) * 2);
+  // The single pass stages dS (queries x keys) in shared memory for dq = dS K: dq's rows split
+  // into the m16 tiles of kBlockM, its kOutCols columns over kDqWarpsN warps (the largest count
+  // the other warp factor allows that divides the n8 tiles; warps beyond it skip dq).
+  static constexpr int kDsStride = kBlockN + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  static constexpr int kDqMTiles = kBlockM / 16;
+  static constexpr int kDqWarpsN = [] {
+    int n = Base::kWarps / kDqMTiles;
+    while ((kOutCols / 8) % n != 0) --n;
+    return n;
+  }();
+  static constexpr int kDqDTiles = kOutCols / 8 / kDqWarpsN;
+  static constexpr int kSmemBytes = (2 * kBlockN + 4 * kBlockM) * kTileBytes +
+                                    2 * kBlockM * int(sizeof(float) * 2) +
+                                    kBlockM * kDsStride * int(sizeof(Element));
   static_assert(kOutCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
+  static_assert(Base::kWarps % kDqMTiles == 0, "dq's m16 tiles must split evenly over the warps");
 };
+
+// acc[dt] += A B for one warp: A is 16 rows x kK in shared memory (row stride kStrideA), B is
+// kK rows x (kDTiles * 8) columns in shared memory (row stride kStrideB), read transposed. An odd
+// last n8 tile takes the half-width transposing ldmatrix.
+template <class Element, int kK, int kDTiles, int kStrideA, int kStrideB>
+__device__ __forceinline__ void gemm_smem_ab(const Element* sA, const Element* sB, float (&acc)[kDTiles][4],
+                                             int lane) {
+#pragma unroll
+  for (int kc = 0; kc < kK / 16; ++kc) {
+    uint32_t a[4];
+    ldmatrix_x4(sA + (lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a);
+#pragma unroll
+    for (int dp = 0; dp < kDTiles / 2; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(sB + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStrideB + dp * 16 + (lane / 16) * 8, b);
+      mma_16x8x16<Element>(acc[2 * dp], a, b[0], b[1]);
+      mma_16x8x16<Element>(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+    if constexpr (kDTiles % 2 == 1) {
+      uint32_t b[2];
+      ldmatrix_x2_trans(sB + (kc * 16 + lane % 16) * kStrideB + (kDTiles - 1) * 8, b);
+      mma_16x8x16<Element>(acc[kDTiles - 1], a, b[0], b[1]);
+    }
+  }
+}
 
 }  // namespace flashattn::cuda

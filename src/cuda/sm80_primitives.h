@@ -32,6 +32,9 @@ __device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) 
 __device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
   cute::SM75_U16x8_LDSM_T::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1], r[2], r[3]);
 }
+__device__ __forceinline__ void ldmatrix_x2_trans(const void* smem, uint32_t (&r)[2]) {
+  cute::SM75_U16x4_LDSM_T::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1]);
+}
 
 // d = a * b + d for one 16x8x16 tile; a: 4 regs (16x16 row-major), b: 2 regs (16x8 col-major).
 template <class Element>

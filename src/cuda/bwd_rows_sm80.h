@@ -1,0 +1,17 @@
+// The row-wise kernels around the single-pass sm80 backward: the rows' statistics before it and
+// the conversion of the f32 dq accumulator after it (bwd_rows_sm80.cu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/bwd_params.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn::cuda {
+
+// stats[h][row] = {lse * log2(e) (+inf for lse -inf), dot(dout, out)} for every query row and head.
+void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream);
+// dq = scale * dq_accum, rounded to the element type.
+void launch_bwd_dq_convert(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream);
+
+}  // namespace flashattn::cuda
