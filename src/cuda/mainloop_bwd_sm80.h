@@ -61,7 +61,8 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element,
                                        : BwdDkvTileSm80<kHeadDim>::kWarps>;
   static constexpr int kWarpMTiles = BwdDkvTileSm80<kHeadDim>::kWarpMTiles;
   static constexpr int kBlockN = Base::kWarps * 16 * kWarpMTiles;
-  static constexpr int kBlockM = BwdDkvTileSm80<kHeadDim>::kBlockM;
+  static constexpr int kBlockM =
+      kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassBlockM : BwdDkvTileSm80<kHeadDim>::kBlockM;
   static constexpr int kOutSplit = BwdDkvTileSm80<kHeadDim>::kOutSplit;
   static constexpr int kOutCols = kHeadDim / kOutSplit;
   using Gemm = WarpGemmShape<Element, kHeadDim, kWarpMTiles, kBlockM / 8, kOutCols / 8>;

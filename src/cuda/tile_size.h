@@ -65,6 +65,10 @@ struct BwdDkvTileSm80 {
   // the queries and columns per key tile, and 64-key tiles measured 0.8x the two passes.
   static constexpr int kWarps = 4, kSinglePassWarps = 8, kWarpMTiles = 1;
   static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
+  // The single pass holds no dq registers across steps and takes 64 queries up to d 128 (8 bytes
+  // spilled at d 128 against 52 for the two-pass kernel with 64): half the barriers and dS round
+  // trips per FLOP.
+  static constexpr int kSinglePassBlockM = kHeadDim <= 128 ? 64 : 32;
   static constexpr int kOutSplit = kHeadDim <= 128 ? 1 : 2;
 };
 
