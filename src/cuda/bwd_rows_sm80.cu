@@ -1,5 +1,6 @@
-// The row-wise kernels of the single-pass sm80 backward: one warp per (query row, head) computes
-// the row's statistics; one thread per 8 columns converts the f32 dq accumulator. Both are bound
+// The row-wise kernels of the sm80 backward: one warp per (query row, head) computes the row's
+// statistics (both schedules); one thread per 8 columns converts the single pass's f32 dq
+// accumulator. Both are bound
 // by memory and touch each row once.
 #include "cuda/bwd_rows_sm80.h"
 
@@ -17,10 +18,15 @@ namespace {
 constexpr int kRowWarps = 4;
 constexpr int kConvertThreads = 256;
 
-// (sequence, row within it) of a stats row: dense q numbers rows b * seqlen_q + i, varlen q by
-// token (with no batch term in any stride).
+// (sequence, row within it) of a workspace row (seq_info.h's workspace_row, inverted): dense q
+// numbers rows b * seqlen_q + i; varlen q numbers them by token, with b = 0 so that no batch
+// stride applies.
 struct RowPlace {
   int64_t b, i;
+  __device__ __forceinline__ int64_t offset(int h, int64_t batch_stride, int64_t row_stride,
+                                            int64_t head_stride) const {
+    return b * batch_stride + i * row_stride + int64_t(h) * head_stride;
+  }
 };
 __device__ __forceinline__ RowPlace place_row(const BwdParams& p, int64_t row) {
   if (p.cu_seqlens_q != nullptr) return {0, row};
@@ -34,11 +40,10 @@ __global__ void __launch_bounds__(kRowWarps * 32) row_stats_kernel(const __grid_
   const int h = blockIdx.y;
   if (row >= p.stats_rows_per_head) return;
   const RowPlace at = place_row(p, row);
-  const bool varlen_q = p.cu_seqlens_q != nullptr;
-  const Element* out = static_cast<const Element*>(p.out) + (varlen_q ? 0 : at.b * p.out_batch_stride) +
-                       at.i * p.out_row_stride + int64_t(h) * p.out_head_stride;
-  const Element* dout = static_cast<const Element*>(p.dout) + (varlen_q ? 0 : at.b * p.dout_batch_stride) +
-                        at.i * p.dout_row_stride + int64_t(h) * p.dout_head_stride;
+  const Element* out = static_cast<const Element*>(p.out) +
+                       at.offset(h, p.out_batch_stride, p.out_row_stride, p.out_head_stride);
+  const Element* dout = static_cast<const Element*>(p.dout) +
+                        at.offset(h, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
   float delta = 0.f;
   for (int col = lane * 8; col < p.d_v; col += 32 * 8) {
     const uint4 o = *reinterpret_cast<const uint4*>(out + col);
@@ -51,8 +56,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) row_stats_kernel(const __grid_
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   if (lane == 0) {
-    const float lse = p.lse[(varlen_q ? 0 : at.b * p.lse_batch_stride) + int64_t(h) * p.lse_head_stride +
-                            at.i * p.lse_row_stride];
+    const float lse = p.lse[at.offset(h, p.lse_batch_stride, p.lse_row_stride, p.lse_head_stride)];
     p.stats[int64_t(h) * p.stats_rows_per_head + row] =
         lse == -INFINITY ? RowStats{INFINITY, 0.f} : RowStats{lse * kLog2e, delta};
   }
@@ -69,10 +73,10 @@ __global__ void __launch_bounds__(kConvertThreads) dq_convert_kernel(const __gri
   const RowPlace at = place_row(p, row);
   const float* acc = p.dq_accum + (int64_t(h) * p.stats_rows_per_head + row) * p.d + col;
   const float4 lo = *reinterpret_cast<const float4*>(acc), hi = *reinterpret_cast<const float4*>(acc + 4);
-  alignas(16) Element v[8] = {Element(lo.x * p.scale), Element(lo.y * p.scale), Element(lo.z * p.scale), Element(lo.w * p.scale),
-                  Element(hi.x * p.scale), Element(hi.y * p.scale), Element(hi.z * p.scale), Element(hi.w * p.scale)};
-  Element* dq = static_cast<Element*>(p.dq) + (p.cu_seqlens_q != nullptr ? 0 : at.b * p.dq_batch_stride) +
-                at.i * p.dq_row_stride + int64_t(h) * p.dq_head_stride + col;
+  alignas(16) Element v[8] = {Element(lo.x * p.scale), Element(lo.y * p.scale), Element(lo.z * p.scale),
+                              Element(lo.w * p.scale), Element(hi.x * p.scale), Element(hi.y * p.scale),
+                              Element(hi.z * p.scale), Element(hi.w * p.scale)};
+  Element* dq = static_cast<Element*>(p.dq) + at.offset(h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
   *reinterpret_cast<uint4*>(dq) = *reinterpret_cast<const uint4*>(v);
 }
 

@@ -1,5 +1,5 @@
-// The row-wise kernels around the single-pass sm80 backward: the rows' statistics before it and
-// the conversion of the f32 dq accumulator after it (bwd_rows_sm80.cu).
+// The row-wise kernels around the sm80 backward: the rows' statistics before either schedule and
+// the conversion of the single pass's f32 dq accumulator after it (bwd_rows_sm80.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>

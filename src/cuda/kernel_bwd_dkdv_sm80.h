@@ -2,10 +2,10 @@
 // keeps its K and V rows in shared memory and sweeps the queries of every head of the kv head's
 // group, with Q and dout double-buffered: S^T = K Q^T, dP^T = V dout^T, dS^T, dv += P^T dout,
 // dk += dS^T Q. The group's heads are summed in registers in a fixed order, so dk and dv are
-// bitwise reproducible. Two modes: after the dq pass (deterministic: it reads the row statistics
-// that pass left), or as the single pass of the backward (kDqAtomic: after the row-statistics
-// kernel, and it also stages dS in shared memory and adds dq = dS K into an f32 accumulator by
-// atomics, which FlashAttention-2 does too: 5 matrix products per tile instead of 7).
+// bitwise reproducible. It reads the row-statistics kernel's output. Two modes: after the dq pass
+// (deterministic), or as the single pass of the backward (kDqAtomic: it also stages dS in shared
+// memory and adds dq = dS K into an f32 accumulator by atomics, which FlashAttention-2 does too:
+// 5 matrix products per tile instead of 7).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,7 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, const SeqInfo& seq, i
   gemm_smem_ab<Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
       sdS + q0 * K::kDsStride, sK + c0, acc, lane);
 
-  const int64_t row0 = (p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + q0;
+  const int64_t row0 = workspace_row(p, seq, b, m_start + q0);
   float* dq = p.dq_accum + (int64_t(h) * p.stats_rows_per_head + row0) * p.d;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
         p.dout_row_stride, rows, p.d_v);
     if (threadIdx.x < K::kBlockM) {
       const int r = threadIdx.x;
-      const int64_t row = (varlen_q ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + r;
+      const int64_t row = workspace_row(p, seq, b, m_start + r);
       sStats[stage * K::kBlockM + r] =
           r < rows ? p.stats[int64_t(h) * p.stats_rows_per_head + row] : RowStats{INFINITY, 0.f};
     }

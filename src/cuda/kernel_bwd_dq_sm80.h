@@ -1,6 +1,6 @@
-// The sm80 backward, dq pass: one CTA per (query tile, head, sequence). It computes each row's
-// delta = dot(dout, out) and lse in log2 units (kept in the workspace for the dk/dv pass), then
-// sweeps the row's keys with K and V double-buffered: S = Q K^T, dP = dout V^T, dS, dq += dS K.
+// The sm80 backward, dq pass: one CTA per (query tile, head, sequence). With its rows' statistics
+// from the row-statistics kernel it sweeps the rows' keys with K and V double-buffered:
+// S = Q K^T, dP = dout V^T, dS, dq += dS K.
 // dq accumulates in f32 registers and is written once, so the result is bitwise reproducible.
 #pragma once
 
@@ -15,46 +15,6 @@
 #include "cuda/softmax_bwd_sm80.h"
 
 namespace flashattn::cuda {
-
-// Row r of the tile: delta from dout (shared memory) and out (global), lse from the forward.
-// One warp per row, 8 columns per lane.
-template <class K>
-__device__ __forceinline__ void dq_row_stats(const BwdParams& p, const SeqInfo& seq, int b, int h,
-                                             int m_start, int m_rows,
-                                             const typename K::Element* sdO, RowStats* sStats) {
-  using Element = typename K::Element;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const bool varlen_q = p.cu_seqlens_q != nullptr;
-  const Element* out = static_cast<const Element*>(p.out);
-  for (int r = warp; r < K::kBlockM; r += K::kWarps) {
-    float delta = 0.f;
-    if (r < m_rows) {
-      const int64_t row = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
-                                       p.out_row_stride, p.out_head_stride);
-      for (int col = lane * 8; col < p.d_v; col += 32 * 8) {
-        const uint4 o = *reinterpret_cast<const uint4*>(out + row + col);
-        const Element* o8 = reinterpret_cast<const Element*>(&o);
-        const Element* g8 = sdO + r * K::kSmemStride + col;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) delta += float(o8[e]) * float(g8[e]);
-      }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xffffffffu, delta, offset);
-    if (lane == 0) {
-      RowStats st{INFINITY, 0.f};
-      if (r < m_rows) {
-        const int64_t row = (varlen_q ? seq.q_start : int64_t(b) * p.seqlen_q) + m_start + r;
-        const float lse = p.lse[(varlen_q ? 0 : int64_t(b) * p.lse_batch_stride) +
-                                int64_t(h) * p.lse_head_stride +
-                                (varlen_q ? seq.q_start + m_start + r : m_start + r) * p.lse_row_stride];
-        if (lse != -INFINITY) st = RowStats{lse * kLog2e, delta};
-        p.stats[int64_t(h) * p.stats_rows_per_head + row] = st;
-      }
-      sStats[r] = st;
-    }
-  }
-}
 
 template <class K, bool kScoreMods>
 __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __grid_constant__ BwdParams p) {
@@ -113,9 +73,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
       p.dout_row_stride, m_rows, p.d_v);
   if (n_block_max > n_block_min) load_kv(n_block_min, 0);
   cp_async_commit();
+  for (int r = threadIdx.x; r < K::kBlockM; r += K::kThreads) {
+    sStats[r] = r < m_rows ? p.stats[int64_t(h) * p.stats_rows_per_head + workspace_row(p, seq, b, m_start + r)]
+                           : RowStats{INFINITY, 0.f};
+  }
   cp_async_wait<0>();
-  __syncthreads();
-  dq_row_stats<K>(p, seq, b, h, m_start, m_rows, sdO, sStats);
   __syncthreads();
 
   float acc_dq[kM][Gemm::kDTiles][4];

@@ -82,8 +82,8 @@ void bwd(const AttnProblem& p) {
   if (params.dq_accum != nullptr) {
     const cudaError_t err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes(p), stream);
     if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaMemsetAsync (dq accumulator): ", cudaGetErrorString(err));
-    launch_bwd_row_stats(params, p.q.dtype, stream);
   }
+  launch_bwd_row_stats(params, p.q.dtype, stream);
   launch_bwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
   if (params.dq_accum != nullptr) launch_bwd_dq_convert(params, p.q.dtype, stream);
 }

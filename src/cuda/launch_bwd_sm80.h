@@ -1,7 +1,7 @@
 // Launcher of the sm80 backward's main kernels for one (head dim, dtype), on the caller's stream:
-// deterministic, the dq pass (which also leaves the rows' statistics in the workspace) then the
-// dk/dv pass; otherwise the single dk/dv pass that adds dq by atomics (launch_bwd.cu runs the
-// row-statistics and dq-conversion kernels around it). The generated instantiation files include
+// deterministic, the dq pass then the dk/dv pass; otherwise the single dk/dv pass that adds dq by
+// atomics. launch_bwd.cu runs the row-statistics kernel before (both schedules read its output)
+// and, for the single pass, the dq conversion after. The generated instantiation files include
 // this header and instantiate run_bwd_sm80 once each.
 #pragma once
 
@@ -42,8 +42,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
                     dim3((p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, p.batch),
                     Dq::kThreads, Dq::kSmemBytes, p, stream, "backward dq kernel");
   launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, dkv_grid(Dkv::kBlockN, Dkv::kOutSplit),
-                    Dkv::kThreads, Dkv::kSmemBytes,
-                    p, stream, "backward dk/dv kernel");
+                    Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
 }
 
 template <int kHeadDim, class Element>

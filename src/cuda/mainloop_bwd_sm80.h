@@ -53,12 +53,12 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
 // dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T.
 // kSinglePass: the variant that also adds dq by atomics, with its own warp count.
 template <int kHeadDim, class Element, bool kSinglePass>
-struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element,
-                                kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
-                                            : BwdDkvTileSm80<kHeadDim>::kWarps> {
-  using Base = BwdSm80Base<kHeadDim, Element,
-                           kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
-                                       : BwdDkvTileSm80<kHeadDim>::kWarps>;
+using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
+                               kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
+                                           : BwdDkvTileSm80<kHeadDim>::kWarps>;
+template <int kHeadDim, class Element, bool kSinglePass>
+struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
+  using Base = BwdDkvBase<kHeadDim, Element, kSinglePass>;
   static constexpr int kWarpMTiles = BwdDkvTileSm80<kHeadDim>::kWarpMTiles;
   static constexpr int kBlockN = Base::kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockM =

@@ -38,6 +38,12 @@ __device__ __forceinline__ int64_t q_row_offset(const SeqInfo& s, bool varlen, i
   return (varlen ? 0 : int64_t(b) * batch_stride) + row * row_stride + int64_t(h) * head_stride;
 }
 
+// Row of query i of sequence b in the backward's per-row workspace arrays (statistics, dq
+// accumulator): b * seqlen_q + i for a dense q, the token for a varlen one.
+__device__ __forceinline__ int64_t workspace_row(const FwdParams& p, const SeqInfo& s, int b, int i) {
+  return (p.cu_seqlens_q ? s.q_start : int64_t(b) * p.seqlen_q) + i;
+}
+
 // Element offset of key row j (within the sequence) of kv head hk, for k- and v-shaped tensors.
 __device__ __forceinline__ int64_t k_row_offset(const FwdParams& p, const SeqInfo& s, int b, int j,
                                                 int hk, int64_t batch_stride, int64_t row_stride,
