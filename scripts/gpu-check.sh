@@ -4,7 +4,9 @@
 # lines are one short table.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
-#                        [--no-sanitizer] [--no-bench] [--bench-bwd]
+#                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--profile D,SEQLEN]
+# --profile: Nsight Compute (full set, per-instruction stall samples) of our forward and backward
+# kernels and of PyTorch's FlashAttention-2 ones at one non-causal bf16 point of the standard grid.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
 # a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 profile=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
     --bench-bwd) bench_bwd=1; shift ;;
+    --profile) profile="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,6 +76,31 @@ if [ $run_bench = 1 ]; then
   timeout 120 build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
   cat "$out/bench-decode.txt"
   python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
+fi
+
+if [ -n "$profile" ]; then
+  d=${profile%,*} seqlen=${profile#*,}
+  heads=$(( 2048 / d )) batch=$(( 16384 / seqlen ))
+  # name, kernel regex, command: the first matching launch, details and per-instruction SASS.
+  profile_kernel() {
+    timeout 240 ncu --clock-control none --set full --import-source no --kernel-name "regex:$2" \
+      --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
+    ncu -i "$out/prof-$1.ncu-rep" --page details > "$out/prof-$1-details.txt" 2>&1
+    ncu -i "$out/prof-$1.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/prof-$1-sass.csv.gz"
+    rm -f "$out/prof-$1.ncu-rep"
+    summary+=("profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')")
+  }
+  ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
+  torch_step="import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    o = F.scaled_dot_product_attention(q, k, v)
+    o.backward(torch.randn_like(o))"
+  profile_kernel ours-fwd "fwd_kernel_sm80" "${ours[@]}"
+  profile_kernel ours-bwd "bwd_dkdv_kernel_sm80" "${ours[@]}"
+  profile_kernel fa2-fwd "flash_fwd_kernel" python3 -c "$torch_step"
+  profile_kernel fa2-bwd "flash_bwd_dq_dk_dv" python3 -c "$torch_step"
 fi
 
 # The sm_90a SASS of the kernels, for reading offline.

@@ -14,6 +14,14 @@ struct RowStats {
   float lse2, delta;
 };
 
+// The single pass's dq accumulator is tiled so that one warp's m16n8 product of dq lands in 512
+// contiguous bytes: per query head, per 16-row tile of a sequence's queries (dq_accum_first_tile
+// in seq_info.h: no tile holds rows of two sequences), per n8 tile of the d columns, the 128
+// floats of the MMA C fragment in lane order (lane * 4 + e: rows lane / 4 and + 8, columns
+// 2 (lane % 4) and + 1).
+constexpr int kDqAccumTileRows = 16;
+constexpr int kDqAccumTileFloats = 128;
+
 struct BwdParams : FwdParams {
   const void* dout;  // strides of out (the validation holds dout to out's shape)
   void* dq;
@@ -26,10 +34,12 @@ struct BwdParams : FwdParams {
   int heads_kv;
   int max_stored_k;         // rows of k per sequence the dk/dv grid covers (varlen: bound)
   RowStats* stats;          // workspace: [heads_q, stats_rows_per_head]
-  // The single-pass backward's dq accumulator (workspace, zeroed, [heads_q, stats_rows_per_head,
-  // d] f32, unscaled), added to by f32 atomics; nullptr: the two deterministic passes.
+  // The single-pass backward's dq accumulator (workspace, zeroed, f32, unscaled, tiled as above:
+  // [heads_q, dq_accum_tiles_per_head, d / 8, 128]), added to by f32 atomics; nullptr: the two
+  // deterministic passes.
   float* dq_accum;
-  int64_t stats_rows_per_head;  // dense: batch * seqlen_q; varlen: total_q
+  int64_t stats_rows_per_head;      // dense: batch * seqlen_q; varlen: total_q
+  int64_t dq_accum_tiles_per_head;  // dense: batch * ceil(seqlen_q / 16); varlen: (total_q + 16 batch) / 16
 };
 
 }  // namespace flashattn::cuda

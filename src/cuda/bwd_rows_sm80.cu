@@ -1,7 +1,6 @@
 // The row-wise kernels of the sm80 backward: one warp per (query row, head) computes the row's
-// statistics (both schedules); one thread per 8 columns converts the single pass's f32 dq
-// accumulator. Both are bound
-// by memory and touch each row once.
+// statistics (both schedules); one CTA per 16-row tile converts the single pass's tiled f32 dq
+// accumulator. Both are bound by memory and touch each row once.
 #include "cuda/bwd_rows_sm80.h"
 
 #include <cutlass/numeric_types.h>
@@ -11,12 +10,14 @@
 #include "core/error.h"
 #include "core/math_constants.h"
 #include "cuda/launch_common.h"
+#include "cuda/seq_info.h"
 
 namespace flashattn::cuda {
 namespace {
 
 constexpr int kRowWarps = 4;
-constexpr int kConvertThreads = 256;
+constexpr int kConvertThreads = 128;
+constexpr int kConvertMaxCols = 256;  // the largest head dim the kernels take
 
 // (sequence, row within it) of a workspace row (seq_info.h's workspace_row, inverted): dense q
 // numbers rows b * seqlen_q + i; varlen q numbers them by token, with b = 0 so that no batch
@@ -62,30 +63,42 @@ __global__ void __launch_bounds__(kRowWarps * 32) row_stats_kernel(const __grid_
   }
 }
 
+// One CTA per (16-row tile, query head, sequence): the tile's fragment-ordered floats (bwd_params.h)
+// are read in order, put back in row order in shared memory, scaled and stored 16 bytes at a time.
 template <class Element>
 __global__ void __launch_bounds__(kConvertThreads) dq_convert_kernel(const __grid_constant__ BwdParams p) {
-  const int chunks = p.d / 8;
-  const int64_t c = int64_t(blockIdx.x) * kConvertThreads + threadIdx.x;
-  const int h = blockIdx.y;
-  if (c >= p.stats_rows_per_head * chunks) return;
-  const int64_t row = c / chunks;
-  const int col = int(c % chunks) * 8;
-  const RowPlace at = place_row(p, row);
-  const float* acc = p.dq_accum + (int64_t(h) * p.stats_rows_per_head + row) * p.d + col;
-  const float4 lo = *reinterpret_cast<const float4*>(acc), hi = *reinterpret_cast<const float4*>(acc + 4);
-  alignas(16) Element v[8] = {Element(lo.x * p.scale), Element(lo.y * p.scale), Element(lo.z * p.scale),
-                              Element(lo.w * p.scale), Element(hi.x * p.scale), Element(hi.y * p.scale),
-                              Element(hi.z * p.scale), Element(hi.w * p.scale)};
-  Element* dq = static_cast<Element*>(p.dq) + at.offset(h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
-  *reinterpret_cast<uint4*>(dq) = *reinterpret_cast<const uint4*>(v);
+  __shared__ float rows[kDqAccumTileRows][kConvertMaxCols + 4];
+  const int h = blockIdx.y, b = blockIdx.z;
+  const SeqInfo seq = seq_info(p, b);
+  const int m0 = blockIdx.x * kDqAccumTileRows;
+  if (m0 >= seq.seqlen_q) return;
+  const int col_tiles = p.d / 8;
+  const float4* tile = reinterpret_cast<const float4*>(
+      p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) + blockIdx.x) *
+                       col_tiles * kDqAccumTileFloats);
+  for (int c = threadIdx.x; c < col_tiles * 32; c += kConvertThreads) {
+    const int lane = c % 32, col = (c / 32) * 8 + 2 * (lane % 4), r = lane / 4;
+    const float4 v = tile[c];
+    rows[r][col] = v.x, rows[r][col + 1] = v.y, rows[r + 8][col] = v.z, rows[r + 8][col + 1] = v.w;
+  }
+  __syncthreads();
+  const bool varlen_q = p.cu_seqlens_q != nullptr;
+  for (int c = threadIdx.x; c < kDqAccumTileRows * col_tiles; c += kConvertThreads) {
+    const int r = c / col_tiles, col = (c % col_tiles) * 8;
+    if (m0 + r >= seq.seqlen_q) continue;
+    alignas(16) Element v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = Element(rows[r][col + e] * p.scale);
+    Element* dq = static_cast<Element*>(p.dq) + col +
+                  q_row_offset(seq, varlen_q, b, m0 + r, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+    *reinterpret_cast<uint4*>(dq) = *reinterpret_cast<const uint4*>(v);
+  }
 }
 
-// A grid of (items / per_block, heads_q) blocks of `threads`.
 template <class Kernel>
-void launch_rows(Kernel kernel, int64_t items, int per_block, int threads, const BwdParams& p,
-                 cudaStream_t stream, const char* what) {
-  if (items == 0) return;
-  kernel<<<dim3(unsigned((items + per_block - 1) / per_block), unsigned(p.heads_q)), threads, 0, stream>>>(p);
+void launch_rows(Kernel kernel, dim3 grid, int threads, const BwdParams& p, cudaStream_t stream, const char* what) {
+  if (grid.x == 0) return;
+  kernel<<<grid, threads, 0, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
@@ -94,12 +107,15 @@ void launch_rows(Kernel kernel, int64_t items, int per_block, int threads, const
 
 void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream) {
   auto kernel = dtype == FLASHATTN_F16 ? row_stats_kernel<cutlass::half_t> : row_stats_kernel<cutlass::bfloat16_t>;
-  launch_rows(kernel, p.stats_rows_per_head, kRowWarps, kRowWarps * 32, p, stream, "backward row statistics kernel");
+  const dim3 grid(unsigned((p.stats_rows_per_head + kRowWarps - 1) / kRowWarps), unsigned(p.heads_q));
+  launch_rows(kernel, grid, kRowWarps * 32, p, stream, "backward row statistics kernel");
 }
 
 void launch_bwd_dq_convert(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream) {
   auto kernel = dtype == FLASHATTN_F16 ? dq_convert_kernel<cutlass::half_t> : dq_convert_kernel<cutlass::bfloat16_t>;
-  launch_rows(kernel, p.stats_rows_per_head * (p.d / 8), kConvertThreads, kConvertThreads, p, stream, "backward dq conversion kernel");
+  const dim3 grid(unsigned((p.seqlen_q + kDqAccumTileRows - 1) / kDqAccumTileRows), unsigned(p.heads_q),
+                  unsigned(p.batch));
+  launch_rows(kernel, grid, kConvertThreads, p, stream, "backward dq conversion kernel");
 }
 
 }  // namespace flashattn::cuda

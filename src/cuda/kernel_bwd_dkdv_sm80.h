@@ -20,13 +20,15 @@
 
 namespace flashattn::cuda {
 
-// The single pass's dq step: this warp's dS^T fragments go to sdS as dS (rows = queries), then each
-// warp multiplies one m16 tile of queries by its share of this CTA's K columns and adds the
-// product to dq_accum with f32 atomics (rows past the sequence's queries skipped).
+// The single pass's dq step: this warp's dS^T fragments go to sdSt (keys x queries) as 32-bit
+// pairs, then each warp multiplies one m16 tile of queries by its share of this CTA's K columns
+// and adds the product to the tiled dq accumulator (dq_tiles: this step's first 16-row tile,
+// bwd_params.h), one 16-byte atomic per n8 tile where the device has it, coalesced over the warp.
+// Query rows past the sequence's end add their dS, which is 0, to the padding of its last tile.
 template <class K, int kM, int kNTiles>
-__device__ __forceinline__ void add_dq(const BwdParams& p, const SeqInfo& seq, int b, int h, int m_start,
-                                       int col0, const float (&ds_t)[kM][kNTiles][4],
-                                       const typename K::Element* sK, typename K::Element* sdS,
+__device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int col0,
+                                       const float (&ds_t)[kM][kNTiles][4],
+                                       const typename K::Element* sK, typename K::Element* sdSt,
                                        int warp_row0, int lane) {
   using Element = typename K::Element;
   const int g = lane / 4, t = lane % 4;
@@ -35,35 +37,26 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, const SeqInfo& seq, i
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = warp_row0 + mt * 16 + g + 8 * (e / 2), query = nt * 8 + 2 * t + e % 2;
-        sdS[query * K::kDsStride + key] = Element(ds_t[mt][nt][e]);
+      for (int half = 0; half < 2; ++half) {
+        const int key = warp_row0 + mt * 16 + g + 8 * half, query = nt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(sdSt + key * K::kDsStride + query) =
+            pack2<Element>(ds_t[mt][nt][2 * half], ds_t[mt][nt][2 * half + 1]);
       }
   __syncthreads();  // every warp's dS landed
 
   const int warp = threadIdx.x / 32;
   if (warp / K::kDqMTiles >= K::kDqWarpsN) return;
-  const int q0 = (warp % K::kDqMTiles) * 16, c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
+  const int q_tile = warp % K::kDqMTiles, c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
   float acc[K::kDqDTiles][4];
 #pragma unroll
   for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-  gemm_smem_ab<Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
-      sdS + q0 * K::kDsStride, sK + c0, acc, lane);
-
-  const int64_t row0 = workspace_row(p, seq, b, m_start + q0);
-  float* dq = p.dq_accum + (int64_t(h) * p.stats_rows_per_head + row0) * p.d;
+  gemm_smem_atb<Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(sdSt + q_tile * 16, sK + c0,
+                                                                                 acc, lane);
+  float* tile = dq_tiles + int64_t(q_tile) * (p.d / 8) * kDqAccumTileFloats;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = g + 8 * half;
-    if (m_start + q0 + r >= seq.seqlen_q) continue;
-#pragma unroll
-    for (int dt = 0; dt < K::kDqDTiles; ++dt) {
-      const int col = c0 + dt * 8 + 2 * t;
-      if (col < p.d) {
-        atomicAdd(dq + int64_t(r) * p.d + col, acc[dt][2 * half]);
-        atomicAdd(dq + int64_t(r) * p.d + col + 1, acc[dt][2 * half + 1]);
-      }
-    }
+  for (int dt = 0; dt < K::kDqDTiles; ++dt) {
+    const int col = c0 + dt * 8;
+    if (col < p.d) atomic_add_f32x4(tile + (col / 8) * kDqAccumTileFloats + lane * 4, acc[dt]);
   }
 }
 
@@ -77,7 +70,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   Element* sV = sK + K::kBlockN * K::kSmemStride;
   Element* sQdO = sV + K::kBlockN * K::kSmemStride;  // stage s: Q at 2s, dout at 2s + 1
   RowStats* sStats = reinterpret_cast<RowStats*>(sQdO + 4 * K::kBlockM * K::kSmemStride);
-  Element* sdS = reinterpret_cast<Element*>(sStats + 2 * K::kBlockM);  // [query][key]
+  Element* sdSt = reinterpret_cast<Element*>(sStats + 2 * K::kBlockM);  // [key][query]
   auto stage_q = [&](int stage) { return sQdO + (2 * stage) * K::kBlockM * K::kSmemStride; };
   auto stage_do = [&](int stage) { return sQdO + (2 * stage + 1) * K::kBlockM * K::kSmemStride; };
 
@@ -125,11 +118,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
         stage_do(stage), dout + q_row_offset(seq, varlen_q, b, m_start, h, p.dout_batch_stride,
                                              p.dout_row_stride, p.dout_head_stride),
         p.dout_row_stride, rows, p.d_v);
+    // Rows past the queries get statistics of zeros: their Q and dout rows are zeros, so P is
+    // finite and dP, dS and their terms in dk and dv are exactly 0.
     if (threadIdx.x < K::kBlockM) {
       const int r = threadIdx.x;
-      const int64_t row = workspace_row(p, seq, b, m_start + r);
-      sStats[stage * K::kBlockM + r] =
-          r < rows ? p.stats[int64_t(h) * p.stats_rows_per_head + row] : RowStats{INFINITY, 0.f};
+      const RowStats* row = p.stats + int64_t(h) * p.stats_rows_per_head + workspace_row(p, seq, b, m_start + r);
+      cp_async_8(sStats + stage * K::kBlockM + r, r < rows ? row : p.stats, r < rows);
     }
   };
 
@@ -172,11 +166,19 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
                            (p.window_left >= 0 && n_start < bounds.first_key(m_start + K::kBlockM - 1)) ||
                            (p.window_right >= 0 && n_start + K::kBlockN > bounds.last_key(m_start));
     const RowStats* stats = sStats + stage * K::kBlockM;
-    probabilities_and_ds<true, kScoreMods>(st, dpt, scores, origin, need_mask,
-                                           [&](int c) { return stats[c]; });
+    auto stats_of = [&](int c) { return stats[c]; };
+    if (need_mask) {
+      probabilities_and_ds<true, kScoreMods, true>(st, dpt, scores, origin, stats_of);
+    } else {
+      probabilities_and_ds<true, kScoreMods, false>(st, dpt, scores, origin, stats_of);
+    }
     gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
     gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
-    if constexpr (kDqAtomic) add_dq<K>(p, seq, b, h, m_start, col0, dpt, sK, sdS, warp_row0, lane);
+    if constexpr (kDqAtomic) {
+      float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
+                                      m_start / 16) * (p.d / 8) * kDqAccumTileFloats;
+      add_dq<K>(p, dq_tiles, col0, dpt, sK, sdSt, warp_row0, lane);
+    }
     __syncthreads();  // every warp is done with this stage (and sdS) before the next step refills it
   }
 

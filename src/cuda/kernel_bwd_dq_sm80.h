@@ -110,8 +110,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
     const bool need_mask = origin.col0 + K::kBlockN > seq.seqlen_k ||
                            (p.window_left >= 0 && origin.col0 < mod.first_key(m_last)) ||
                            (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
-    probabilities_and_ds<false, kScoreMods>(s, dp, scores, origin, need_mask,
-                                            [&](int r) { return warp_stats[r]; });
+    auto stats = [&](int r) { return warp_stats[r]; };
+    if (need_mask) {
+      probabilities_and_ds<false, kScoreMods, true>(s, dp, scores, origin, stats);
+    } else {
+      probabilities_and_ds<false, kScoreMods, false>(s, dp, scores, origin, stats);
+    }
     gemm_pv<Gemm>(dp, stage_k(stage), acc_dq, lane);
     __syncthreads();  // every warp is done with this stage before the next load refills it
   }

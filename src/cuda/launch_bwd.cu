@@ -27,10 +27,15 @@ size_t stats_bytes(const AttnProblem& p) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// 16-row tiles per head of the single pass's dq accumulator (bwd_params.h, seq_info.h).
+int64_t dq_accum_tiles_per_head(const AttnProblem& p) {
+  return p.varlen_q ? (p.q.shape[0] + 16 * p.batch) / 16 : p.batch * ((p.seqlen_q + 15) / 16);
+}
+
 // The single pass (dq by atomics, whose order varies run to run) unless the call asks for
 // bitwise-reproducible gradients.
 size_t dq_accum_bytes(const AttnProblem& p) {
-  return p.deterministic ? 0 : size_t(p.heads_q * stats_rows_per_head(p) * p.d) * sizeof(float);
+  return p.deterministic ? 0 : size_t(p.heads_q * dq_accum_tiles_per_head(p) * 16 * p.d) * sizeof(float);
 }
 
 BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
@@ -59,6 +64,7 @@ BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
   k.max_stored_k = int(bound_by_total ? p.k.shape[0] : p.seqlen_k);
   k.stats = static_cast<RowStats*>(workspace);
   k.stats_rows_per_head = stats_rows_per_head(p);
+  k.dq_accum_tiles_per_head = dq_accum_tiles_per_head(p);
   k.dq_accum = p.deterministic ? nullptr
                                : reinterpret_cast<float*>(static_cast<char*>(workspace) + stats_bytes(p));
   return k;

@@ -67,10 +67,11 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   static constexpr int kOutCols = kHeadDim / kOutSplit;
   using Gemm = WarpGemmShape<Element, kHeadDim, kWarpMTiles, kBlockM / 8, kOutCols / 8>;
   static constexpr int kTileBytes = Base::kSmemStride * int(sizeof(Element));
-  // The single pass stages dS (queries x keys) in shared memory for dq = dS K: dq's rows split
-  // into the m16 tiles of kBlockM, its kOutCols columns over kDqWarpsN warps (the largest count
-  // the other warp factor allows that divides the n8 tiles; warps beyond it skip dq).
-  static constexpr int kDsStride = kBlockN + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  // The single pass stages dS^T (keys x queries, the layout of the warps' fragments, so that the
+  // stores are 32-bit pairs) in shared memory for dq = dS K: dq's rows split into the m16 tiles of
+  // kBlockM, its kOutCols columns over kDqWarpsN warps (the largest count the other warp factor
+  // allows that divides the n8 tiles; warps beyond it skip dq).
+  static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
   static constexpr int kDqMTiles = kBlockM / 16;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMTiles;
@@ -80,21 +81,22 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   static constexpr int kDqDTiles = kOutCols / 8 / kDqWarpsN;
   static constexpr int kSmemBytes = (2 * kBlockN + 4 * kBlockM) * kTileBytes +
                                     2 * kBlockM * int(sizeof(float) * 2) +
-                                    kBlockM * kDsStride * int(sizeof(Element));
+                                    kBlockN * kDsStride * int(sizeof(Element));
   static_assert(kOutCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
   static_assert(Base::kWarps % kDqMTiles == 0, "dq's m16 tiles must split evenly over the warps");
 };
 
-// acc[dt] += A B for one warp: A is 16 rows x kK in shared memory (row stride kStrideA), B is
-// kK rows x (kDTiles * 8) columns in shared memory (row stride kStrideB), read transposed. An odd
-// last n8 tile takes the half-width transposing ldmatrix.
-template <class Element, int kK, int kDTiles, int kStrideA, int kStrideB>
-__device__ __forceinline__ void gemm_smem_ab(const Element* sA, const Element* sB, float (&acc)[kDTiles][4],
-                                             int lane) {
+// acc[dt] += A B for one warp: A is 16 rows x kK, stored transposed in shared memory (kK rows of
+// kStrideAt, the warp's 16 columns from sAt), B is kK rows x (kDTiles * 8) columns in shared memory
+// (row stride kStrideB). Both go through the transposing ldmatrix; an odd last n8 tile takes its
+// half-width form.
+template <class Element, int kK, int kDTiles, int kStrideAt, int kStrideB>
+__device__ __forceinline__ void gemm_smem_atb(const Element* sAt, const Element* sB, float (&acc)[kDTiles][4],
+                                              int lane) {
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
-    uint32_t a[4];
-    ldmatrix_x4(sA + (lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a);
+    uint32_t a[4];  // matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+    ldmatrix_x4_trans(sAt + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideAt + ((lane / 8) % 2) * 8, a);
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];

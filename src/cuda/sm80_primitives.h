@@ -22,6 +22,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   cute::SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<Chunk>::copy(*static_cast<const Chunk*>(gmem),
                                                      *static_cast<Chunk*>(smem), valid);
 }
+// 8 bytes global -> shared (cached in L1: small per-row records read by several CTAs).
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, bool valid) {
+  cute::SM80_CP_ASYNC_CACHEALWAYS_ZFILL<uint64_t>::copy(*static_cast<const uint64_t*>(gmem),
+                                                        *static_cast<uint64_t*>(smem), valid);
+}
 __device__ __forceinline__ void cp_async_commit() { cute::cp_async_fence(); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { cute::cp_async_wait<N>(); }
@@ -49,7 +54,16 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
   }
 }
 
-// Two floats -> one register of two 16-bit elements (low half = first).
+// dst[0..3] += v[0..3] in global memory by f32 atomics: one 16-byte reduction on sm90 and newer,
+// four before (dst 16-byte aligned).
+__device__ __forceinline__ void atomic_add_f32x4(float* dst, const float (&v)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
+#else
+  for (int e = 0; e < 4; ++e) atomicAdd(dst + e, v[e]);
+#endif
+}
+
 // 2^x in one MUFU.EX2 (subnormal results flush to 0, harmless for softmax weights); exp2f without
 // fast-math adds range-scaling instructions per element.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -58,7 +72,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// One cvt.rn.{bf16x2,f16x2}.f32 instruction.
+// Two floats -> one register of two 16-bit elements (low half = first), in one
+// cvt.rn.{bf16x2,f16x2}.f32 instruction.
 template <class Element>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   uint32_t packed;

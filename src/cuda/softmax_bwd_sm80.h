@@ -31,15 +31,43 @@ __device__ __forceinline__ float dropout_factor(const DropoutRng& rng, float kee
   return w >= rng.threshold ? keep_scale : 0.f;
 }
 
+// Kept columns [lo, hi) of the fragment row `row` (a query; a key when kRowsAreKeys), relative to
+// column col0 and clamped to [0, 2^20], so that the per-element test is two 32-bit compares. For a
+// key j the kept queries follow from ScoreMod::keep: j < seqlen_k, i >= j - off - right (right
+// window) and i <= j - off + left (left window).
+template <bool kRowsAreKeys>
+__device__ __forceinline__ int2 kept_columns(const ScoreMod<float>& m, int row, int col0) {
+  constexpr int64_t kFar = int64_t(1) << 20;
+  int64_t lo, hi;
+  if constexpr (kRowsAreKeys) {
+    lo = m.right < 0 ? 0 : row - m.off - m.right;
+    hi = row >= m.seqlen_k ? lo : (m.left < 0 ? col0 + kFar : row - m.off + m.left + 1);
+  } else {
+    lo = m.first_key(row);
+    hi = m.last_key(row);
+  }
+  auto clamp = [](int64_t x) { return int(x < 0 ? 0 : (x > kFar ? kFar : x)); };
+  return make_int2(clamp(lo - col0), clamp(hi - col0));
+}
+
 // s (raw dots) <- P * Z, dp <- dS (d loss / d score, the softmax scale not yet applied).
 // kRowsAreKeys: the fragment rows are keys and its columns queries (dk/dv pass). stats(col or
-// row index within the tile) gives the query's RowStats. need_mask: the tile crosses a window
-// edge or the end of the keys.
-template <bool kRowsAreKeys, bool kScoreMods, int kM, int kNTiles, class Stats>
+// row index within the tile) gives the query's RowStats. kMask: the tile crosses a window edge
+// or the end of the keys (a template parameter: a run-time test per element splits the loop into
+// one branch per element, and the compiler cannot interleave the elements' instructions).
+template <bool kRowsAreKeys, bool kScoreMods, bool kMask, int kM, int kNTiles, class Stats>
 __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
                                                      float (&dp)[kM][kNTiles][4],
                                                      const BwdScores& c, const FragmentOrigin& o,
-                                                     bool need_mask, Stats stats) {
+                                                     Stats stats) {
+  int2 kept[kM][2];
+  if constexpr (kMask) {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        kept[mt][half] = kept_columns<kRowsAreKeys>(c.mod, o.row0 + mt * 16 + o.g + 8 * half, o.col0);
+  }
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -62,7 +90,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
           const int distance = i + int(c.mod.off) - j;
           x = (capped - c.mod.alibi_slope * float(distance < 0 ? -distance : distance)) * kLog2e;
         }
-        if (need_mask && !c.mod.keep(i, j)) x = -INFINITY;
+        if (kMask && (col_in_tile < kept[mt][e / 2].x || col_in_tile >= kept[mt][e / 2].y)) x = -INFINITY;
         const float p = fast_exp2(x - st.lse2);
         const float z = kScoreMods && c.rng.threshold != 0 ? dropout_factor(c.rng, c.keep_scale, i, j) : 1.f;
         dp[mt][nt][e] = p * (z * dp[mt][nt][e] - st.delta) * derivative;
