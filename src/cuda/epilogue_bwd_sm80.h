@@ -9,17 +9,16 @@
 
 namespace flashattn::cuda {
 
-// Rows [0, rows) and columns [0, cols) of the tile go to row_ptr(r) + col_offset + column. Call
-// after every warp's last read of `smem`; ends with the stores issued.
-template <class K, class Gemm, int kM, class RowPtr>
+// The kRows x kCols tile the warps hold (each warp kM m16 tiles from warp_row0 and its n8 tiles
+// from warp_col0): rows [0, rows) and columns [0, cols) go to row_ptr(r) + col_offset + column.
+// Call after every warp's last read of `smem`; ends with the stores issued.
+template <class K, int kRows, int kCols, class Gemm, int kM, class RowPtr>
 __device__ __forceinline__ void store_rows_scaled(const float (&acc)[kM][Gemm::kDTiles][4],
                                                   float scale, typename K::Element* smem,
-                                                  int warp_row0, int rows, int cols, int col_offset,
-                                                  RowPtr row_ptr) {
+                                                  int warp_row0, int warp_col0, int rows, int cols,
+                                                  int col_offset, RowPtr row_ptr) {
   using Element = typename K::Element;
-  constexpr int kCols = Gemm::kDTiles * 8;
   constexpr int kChunks = kCols / 8;
-  constexpr int kRows = K::kWarps * kM * 16;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
@@ -28,7 +27,7 @@ __device__ __forceinline__ void store_rows_scaled(const float (&acc)[kM][Gemm::k
       const int r = warp_row0 + mt * 16 + g + 8 * half;
 #pragma unroll
       for (int dt = 0; dt < Gemm::kDTiles; ++dt) {
-        *reinterpret_cast<uint32_t*>(smem + r * K::kSmemStride + dt * 8 + 2 * t) =
+        *reinterpret_cast<uint32_t*>(smem + r * K::kSmemStride + warp_col0 + dt * 8 + 2 * t) =
             pack2<Element>(acc[mt][dt][2 * half] * scale, acc[mt][dt][2 * half + 1] * scale);
       }
     }

@@ -3,9 +3,10 @@
 // group, with Q and dout double-buffered: S^T = K Q^T, dP^T = V dout^T, dS^T, dv += P^T dout,
 // dk += dS^T Q. The group's heads are summed in registers in a fixed order, so dk and dv are
 // bitwise reproducible. It reads the row-statistics kernel's output. Two modes: after the dq pass
-// (deterministic), or as the single pass of the backward (kDqAtomic: it also stages dS in shared
+// (deterministic), or as the single pass of the backward (kDqAtomic: it also stages dS^T in shared
 // memory and adds dq = dS K into an f32 accumulator by atomics, which FlashAttention-2 does too:
-// 5 matrix products per tile instead of 7).
+// 5 matrix products per tile instead of 7; above d 128 its warps split the columns,
+// mainloop_bwd_sm80.h).
 #pragma once
 
 #include <cstdint>
@@ -20,17 +21,11 @@
 
 namespace flashattn::cuda {
 
-// The single pass's dq step: this warp's dS^T fragments go to sdSt (keys x queries) as 32-bit
-// pairs, then each warp multiplies one m16 tile of queries by its share of this CTA's K columns
-// and adds the product to the tiled dq accumulator (dq_tiles: this step's first 16-row tile,
-// bwd_params.h), one 16-byte atomic per n8 tile where the device has it, coalesced over the warp.
-// Query rows past the sequence's end add their dS, which is 0, to the padding of its last tile.
+// One warp's fragments (rows = keys from key0, columns = queries from query0) into a [key][query]
+// tile of shared memory, as 32-bit pairs.
 template <class K, int kM, int kNTiles>
-__device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int col0,
-                                       const float (&ds_t)[kM][kNTiles][4],
-                                       const typename K::Element* sK, typename K::Element* sdSt,
-                                       int warp_row0, int lane) {
-  using Element = typename K::Element;
+__device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4], typename K::Element* s,
+                                                 int key0, int query0, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
@@ -38,20 +33,31 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int key = warp_row0 + mt * 16 + g + 8 * half, query = nt * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(sdSt + key * K::kDsStride + query) =
-            pack2<Element>(ds_t[mt][nt][2 * half], ds_t[mt][nt][2 * half + 1]);
+        const int key = key0 + mt * 16 + g + 8 * half, query = query0 + nt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(s + key * K::kDsStride + query) =
+            pack2<typename K::Element>(f[mt][nt][2 * half], f[mt][nt][2 * half + 1]);
       }
-  __syncthreads();  // every warp's dS landed
+}
 
+// The single pass's dq step, once every warp's dS^T is in sdSt (keys x queries): each warp
+// multiplies one m16 tile of queries by its share of this CTA's K columns and adds the product to
+// the tiled dq accumulator (dq_tiles: this step's first 16-row tile, bwd_params.h), one 16-byte
+// atomic per n8 tile where the device has it, coalesced over the warp. Query rows past the
+// sequence's end (rows: the step's rows that exist) add their dS, which is 0, to the padding of
+// its last tile; tiles past that one are skipped.
+template <class K>
+__device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
+                                       const typename K::Element* sK, const typename K::Element* sdSt,
+                                       int lane) {
   const int warp = threadIdx.x / 32;
-  if (warp / K::kDqMTiles >= K::kDqWarpsN) return;
-  const int q_tile = warp % K::kDqMTiles, c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
+  const int q_tile = warp % K::kDqMTiles;
+  if (warp / K::kDqMTiles >= K::kDqWarpsN || q_tile * kDqAccumTileRows >= rows) return;
+  const int c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
   float acc[K::kDqDTiles][4];
 #pragma unroll
   for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-  gemm_smem_atb<Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(sdSt + q_tile * 16, sK + c0,
-                                                                                 acc, lane);
+  gemm_smem<true, typename K::Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
+      sdSt + q_tile * 16, sK + c0, acc, lane);
   float* tile = dq_tiles + int64_t(q_tile) * (p.d / 8) * kDqAccumTileFloats;
 #pragma unroll
   for (int dt = 0; dt < K::kDqDTiles; ++dt) {
@@ -71,10 +77,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   Element* sQdO = sV + K::kBlockN * K::kSmemStride;  // stage s: Q at 2s, dout at 2s + 1
   RowStats* sStats = reinterpret_cast<RowStats*>(sQdO + 4 * K::kBlockM * K::kSmemStride);
   Element* sdSt = reinterpret_cast<Element*>(sStats + 2 * K::kBlockM);  // [key][query]
+  Element* sPt = sdSt + K::kBlockN * K::kDsStride;                       // with split columns
+  static_assert(K::kColSplit == 1 || kDqAtomic, "split columns exchange P^T and dS^T in the single pass only");
   auto stage_q = [&](int stage) { return sQdO + (2 * stage) * K::kBlockM * K::kSmemStride; };
   auto stage_do = [&](int stage) { return sQdO + (2 * stage + 1) * K::kBlockM * K::kSmemStride; };
 
-  const int n_block = blockIdx.x / K::kOutSplit, col0 = (blockIdx.x % K::kOutSplit) * K::kOutCols;
+  const int n_block = blockIdx.x / K::kOutSplit, col0 = (blockIdx.x % K::kOutSplit) * K::kCtaCols;
   const int hk = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SeqInfo seq = seq_info(p, b);
@@ -83,7 +91,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   if (n_start >= stored) return;
   const int stored_rows = min(K::kBlockN, stored - n_start);
   const int keys = max(0, min(stored_rows, seq.seqlen_k - n_start));  // rows past seqused_k: 0
-  const int warp_row0 = warp * 16 * kM;
+  // This warp's keys, its columns of S^T / dP^T (queries of the step) and of dk / dv.
+  const int key_group = warp % K::kKeyGroups, col_part = warp / K::kKeyGroups;
+  const int warp_row0 = key_group * 16 * kM;
+  const int warp_q0 = col_part * K::kWarpQueries, warp_c0 = col_part * K::kWarpCols;
   const bool varlen_q = p.cu_seqlens_q != nullptr;
 
   const Element* k = static_cast<const Element*>(p.k);
@@ -158,28 +169,45 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
       for (int nt = 0; nt < Gemm::kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) st[mt][nt][e] = dpt[mt][nt][e] = 0.f;
-    gemm_qk<Gemm>(sK, stage_q(stage), st, warp_row0, lane);
-    gemm_qk<Gemm>(sV, stage_do(stage), dpt, warp_row0, lane);
+    gemm_qk<Gemm>(sK, stage_q(stage) + warp_q0 * K::kSmemStride, st, warp_row0, lane);
+    gemm_qk<Gemm>(sV, stage_do(stage) + warp_q0 * K::kSmemStride, dpt, warp_row0, lane);
 
-    const FragmentOrigin origin{n_start + warp_row0, m_start, lane / 4, lane % 4};
+    const FragmentOrigin origin{n_start + warp_row0, m_start + warp_q0, lane / 4, lane % 4};
     const bool need_mask = n_start + K::kBlockN > seq.seqlen_k ||
                            (p.window_left >= 0 && n_start < bounds.first_key(m_start + K::kBlockM - 1)) ||
                            (p.window_right >= 0 && n_start + K::kBlockN > bounds.last_key(m_start));
-    const RowStats* stats = sStats + stage * K::kBlockM;
+    const RowStats* stats = sStats + stage * K::kBlockM + warp_q0;
     auto stats_of = [&](int c) { return stats[c]; };
     if (need_mask) {
       probabilities_and_ds<true, kScoreMods, true>(st, dpt, scores, origin, stats_of);
     } else {
       probabilities_and_ds<true, kScoreMods, false>(st, dpt, scores, origin, stats_of);
     }
-    gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
-    gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
-    if constexpr (kDqAtomic) {
-      float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
-                                      m_start / 16) * (p.d / 8) * kDqAccumTileFloats;
-      add_dq<K>(p, dq_tiles, col0, dpt, sK, sdSt, warp_row0, lane);
+    if constexpr (K::kColSplit == 1) {  // P^T and dS^T are the A operands, from the registers
+      gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
+      gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
+      if constexpr (kDqAtomic) stage_transposed<K>(dpt, sdSt, warp_row0, warp_q0, lane);
+    } else {
+      stage_transposed<K>(st, sPt, warp_row0, warp_q0, lane);
+      stage_transposed<K>(dpt, sdSt, warp_row0, warp_q0, lane);
     }
-    __syncthreads();  // every warp is done with this stage (and sdS) before the next step refills it
+    if constexpr (kDqAtomic) {
+      __syncthreads();  // every warp's dS^T (and P^T) landed
+      if constexpr (K::kColSplit > 1) {  // the step's P^T and dS^T rows of this warp's keys
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          const int row = (warp_row0 + mt * 16) * K::kDsStride;
+          gemm_smem<false, Element, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
+              sPt + row, stage_do(stage) + col0 + warp_c0, acc_dv[mt], lane);
+          gemm_smem<false, Element, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
+              sdSt + row, stage_q(stage) + col0 + warp_c0, acc_dk[mt], lane);
+        }
+      }
+      float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
+                                      m_start / kDqAccumTileRows) * (p.d / 8) * kDqAccumTileFloats;
+      add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane);
+    }
+    __syncthreads();  // every warp is done with this stage (and sdSt, sPt) before the next step refills it
   }
 
   cp_async_wait<0>();
@@ -190,10 +218,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
              k_row_offset(p, seq, b, n_start + r, hk, batch_stride, row_stride, head_stride);
     };
   };
-  store_rows_scaled<K, Gemm>(acc_dk, p.scale, sK, warp_row0, stored_rows, p.d - col0, col0,
-                             kv_row(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride));
-  store_rows_scaled<K, Gemm>(acc_dv, 1.f, sV, warp_row0, stored_rows, p.d_v - col0, col0,
-                             kv_row(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride));
+  store_rows_scaled<K, K::kBlockN, K::kCtaCols, Gemm>(acc_dk, p.scale, sK, warp_row0, warp_c0, stored_rows,
+                                                      p.d - col0, col0,
+                                                      kv_row(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride));
+  store_rows_scaled<K, K::kBlockN, K::kCtaCols, Gemm>(acc_dv, 1.f, sV, warp_row0, warp_c0, stored_rows,
+                                                      p.d_v - col0, col0,
+                                                      kv_row(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride));
 }
 
 }  // namespace flashattn::cuda

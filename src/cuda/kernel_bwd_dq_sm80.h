@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
   }
 
   cp_async_wait<0>();
-  store_rows_scaled<K, Gemm>(acc_dq, p.scale, sQ, warp_row0, m_rows, p.d, 0,
+  store_rows_scaled<K, K::kBlockM, K::kHeadDim, Gemm>(acc_dq, p.scale, sQ, warp_row0, 0, m_rows, p.d, 0,
                              [&](int r) {
                                return static_cast<Element*>(p.dq) +
                                       q_row_offset(seq, varlen_q, b, m_start + r, h, p.dq_batch_stride,

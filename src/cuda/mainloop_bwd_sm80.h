@@ -48,10 +48,14 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
       (2 * kBlockM + 4 * kBlockN) * kTileBytes + kBlockM * int(sizeof(float) * 2);
 };
 
-// dk/dv pass: a CTA owns kBlockN keys of one kv head (and kOutCols of the kOutSplit column
+// dk/dv pass: a CTA owns kBlockN keys of one kv head (and kCtaCols of the kOutSplit column
 // slices of dk and dv) and sweeps the queries of the group's heads in kBlockM steps, with Q,
 // dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T.
-// kSinglePass: the variant that also adds dq by atomics, with its own warp count.
+// kSinglePass: the variant that also adds dq by atomics, with its own warp count. Its warps may
+// split the columns (kColSplit > 1, large head dims): kColSplit warps share 16 keys, each
+// computes S^T and dP^T for its share of the step's queries and holds dk and dv for its share of
+// the columns, and P^T and dS^T meet in shared memory (FlashAttention-2's layout) instead of
+// each CTA of a column slice recomputing S^T and dP^T.
 template <int kHeadDim, class Element, bool kSinglePass>
 using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
                                kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
@@ -59,44 +63,54 @@ using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
 template <int kHeadDim, class Element, bool kSinglePass>
 struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   using Base = BwdDkvBase<kHeadDim, Element, kSinglePass>;
-  static constexpr int kWarpMTiles = BwdDkvTileSm80<kHeadDim>::kWarpMTiles;
-  static constexpr int kBlockN = Base::kWarps * 16 * kWarpMTiles;
-  static constexpr int kBlockM =
-      kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassBlockM : BwdDkvTileSm80<kHeadDim>::kBlockM;
-  static constexpr int kOutSplit = BwdDkvTileSm80<kHeadDim>::kOutSplit;
-  static constexpr int kOutCols = kHeadDim / kOutSplit;
-  using Gemm = WarpGemmShape<Element, kHeadDim, kWarpMTiles, kBlockM / 8, kOutCols / 8>;
+  using Tile = BwdDkvTileSm80<kHeadDim>;
+  static constexpr int kWarpMTiles = Tile::kWarpMTiles;
+  static constexpr int kColSplit = kSinglePass ? Tile::kSinglePassColSplit : 1;
+  static constexpr int kKeyGroups = Base::kWarps / kColSplit;
+  static constexpr int kBlockN = kKeyGroups * 16 * kWarpMTiles;
+  static constexpr int kBlockM = kSinglePass ? Tile::kSinglePassBlockM : Tile::kBlockM;
+  static constexpr int kOutSplit = kSinglePass ? 1 : Tile::kOutSplit;
+  static constexpr int kCtaCols = kHeadDim / kOutSplit;
+  static constexpr int kWarpCols = kCtaCols / kColSplit;   // dk / dv columns per warp
+  static constexpr int kWarpQueries = kBlockM / kColSplit;  // S^T / dP^T columns per warp
+  using Gemm = WarpGemmShape<Element, kHeadDim, kWarpMTiles, kWarpQueries / 8, kWarpCols / 8>;
   static constexpr int kTileBytes = Base::kSmemStride * int(sizeof(Element));
   // The single pass stages dS^T (keys x queries, the layout of the warps' fragments, so that the
-  // stores are 32-bit pairs) in shared memory for dq = dS K: dq's rows split into the m16 tiles of
-  // kBlockM, its kOutCols columns over kDqWarpsN warps (the largest count the other warp factor
-  // allows that divides the n8 tiles; warps beyond it skip dq).
+  // stores are 32-bit pairs) in shared memory for dq = dS K, and with split columns P^T too: dq's
+  // rows split into the m16 tiles of kBlockM, its kCtaCols columns over kDqWarpsN warps (the
+  // largest count the other warp factor allows that divides the n8 tiles; warps beyond it skip dq).
   static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  static constexpr int kStagedTiles = kColSplit > 1 ? 2 : 1;  // dS^T, and P^T with split columns
   static constexpr int kDqMTiles = kBlockM / 16;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMTiles;
-    while ((kOutCols / 8) % n != 0) --n;
+    while ((kCtaCols / 8) % n != 0) --n;
     return n;
   }();
-  static constexpr int kDqDTiles = kOutCols / 8 / kDqWarpsN;
+  static constexpr int kDqDTiles = kCtaCols / 8 / kDqWarpsN;
   static constexpr int kSmemBytes = (2 * kBlockN + 4 * kBlockM) * kTileBytes +
                                     2 * kBlockM * int(sizeof(float) * 2) +
-                                    kBlockN * kDsStride * int(sizeof(Element));
-  static_assert(kOutCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
+                                    kStagedTiles * kBlockN * kDsStride * int(sizeof(Element));
+  static_assert(kWarpCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
+  static_assert(kWarpQueries % 16 == 0, "P^T in registers is the A operand of k16 steps");
   static_assert(Base::kWarps % kDqMTiles == 0, "dq's m16 tiles must split evenly over the warps");
 };
 
-// acc[dt] += A B for one warp: A is 16 rows x kK, stored transposed in shared memory (kK rows of
-// kStrideAt, the warp's 16 columns from sAt), B is kK rows x (kDTiles * 8) columns in shared memory
-// (row stride kStrideB). Both go through the transposing ldmatrix; an odd last n8 tile takes its
-// half-width form.
-template <class Element, int kK, int kDTiles, int kStrideAt, int kStrideB>
-__device__ __forceinline__ void gemm_smem_atb(const Element* sAt, const Element* sB, float (&acc)[kDTiles][4],
-                                              int lane) {
+// acc[dt] += A B for one warp, both operands in shared memory: A is 16 rows x kK, row-major at sA
+// (kATransposed: stored transposed, kK rows of kStrideA from which the warp reads 16 columns), B is
+// kK rows x (kDTiles * 8) columns (row stride kStrideB), read through the transposing ldmatrix; an
+// odd last n8 tile takes its half-width form.
+template <bool kATransposed, class Element, int kK, int kDTiles, int kStrideA, int kStrideB>
+__device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, float (&acc)[kDTiles][4],
+                                          int lane) {
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
     uint32_t a[4];  // matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
-    ldmatrix_x4_trans(sAt + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideAt + ((lane / 8) % 2) * 8, a);
+    if constexpr (kATransposed) {
+      ldmatrix_x4_trans(sA + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideA + ((lane / 8) % 2) * 8, a);
+    } else {
+      ldmatrix_x4(sA + (lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a);
+    }
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];

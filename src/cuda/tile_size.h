@@ -54,22 +54,27 @@ struct BwdDqTileSm80 {
   static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = kHeadDim <= 128 ? 64 : 32;
 };
 
-// sm80 backward, dk/dv pass: kWarps warps of 16 key rows (kBlockN = 16 * kWarps) sweep kBlockM
-// queries per step. Each thread holds dk and dv for kOutCols columns (kOutCols / 2 floats) plus
-// S^T and dP^T; above d 128 the output columns split over kOutSplit CTAs (each recomputes S^T and
-// dP^T) because full-width dk and dv alone would need 256 registers. Query steps of 32 above
-// d 64: with 64, S^T and dP^T spill at d 128.
+// sm80 backward, dk/dv pass: kWarps warps of 16 key rows (kBlockN = 16 * kWarps; the single
+// pass's column split puts kSinglePassColSplit warps on each 16 keys) sweep kBlockM queries per
+// step. Each thread holds dk and dv for its columns plus S^T and dP^T; above d 128 full-width dk
+// and dv alone would need 256 registers, so the columns split: over kOutSplit CTAs in the two-pass
+// kernel (each recomputes S^T and dP^T), over warps in the single pass. Two-pass query steps of 32
+// above d 64: with 64, S^T and dP^T spill at d 128.
 template <int kHeadDim>
 struct BwdDkvTileSm80 {
   // The single pass (dq by atomics) takes 128 keys per CTA with 8 warps: its atomics scale with
   // the queries and columns per key tile, and 64-key tiles measured 0.8x the two passes.
   static constexpr int kWarps = 4, kSinglePassWarps = 8, kWarpMTiles = 1;
   static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
-  // The single pass holds no dq registers across steps and takes 64 queries up to d 128 (8 bytes
-  // spilled at d 128 against 52 for the two-pass kernel with 64): half the barriers and dS round
-  // trips per FLOP.
-  static constexpr int kSinglePassBlockM = kHeadDim <= 128 ? 64 : 32;
+  // The single pass holds no dq registers across steps and takes 64 queries (at d 128, 8 bytes
+  // spilled against 52 for the two-pass kernel with 64): half the barriers and dS round trips per
+  // FLOP of 32-query steps.
+  static constexpr int kSinglePassBlockM = 64;
   static constexpr int kOutSplit = kHeadDim <= 128 ? 1 : 2;
+  // Above d 128 the single pass splits the columns over warp pairs within the CTA (64 keys, each
+  // warp 16 keys x half the columns) instead of over kOutSplit CTAs, which would recompute S^T and
+  // dP^T: 5 matrix products per step instead of 7.
+  static constexpr int kSinglePassColSplit = kHeadDim <= 128 ? 1 : 2;
 };
 
 }  // namespace flashattn::cuda
