@@ -4,7 +4,8 @@
 # lines are one short table.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
-#                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--profile D,SEQLEN]
+#                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--no-peers] [--profile D,SEQLEN]
+# --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --profile: Nsight Compute (full set, per-instruction stall samples) of our forward and backward
 # kernels and of PyTorch's FlashAttention-2 ones at one non-causal bf16 point of the standard grid.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 profile=""
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 peers=1 profile=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
     --bench-bwd) bench_bwd=1; shift ;;
+    --no-peers) peers=0; shift ;;
     --profile) profile="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -71,8 +73,11 @@ if [ $run_bench = 1 ]; then
   [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
   timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
     > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
-  timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
-    tail -5 "$out/bench-torch.err"
+  : > "$out/bench-torch.csv"
+  if [ $peers = 1 ]; then
+    timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
+      tail -5 "$out/bench-torch.err"
+  fi
   timeout 120 build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
   cat "$out/bench-decode.txt"
   python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"

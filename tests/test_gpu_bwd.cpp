@@ -146,16 +146,13 @@ class GpuBackwardApi : public ::testing::Test {
     data_ = make_attn_data(c_);
     run_fwd(data_, FLASHATTN_BACKEND_CUDA);
     data_.prepare_backward();
-    expected_ = data_;
-    run_bwd(expected_, FLASHATTN_BACKEND_CUDA);
+    inputs_ = data_;
   }
-  void expect_expected_gradients() {
-    EXPECT_EQ(max_abs_diff(data_.dq, expected_.dq), 0.0);
-    EXPECT_EQ(max_abs_diff(data_.dk, expected_.dk), 0.0);
-    EXPECT_EQ(max_abs_diff(data_.dv, expected_.dv), 0.0);
-  }
+  // Against the reference rather than another CUDA run: the default single pass adds dq by
+  // atomics, so its dq is not bitwise reproducible.
+  void expect_correct_gradients() { expect_pass(check_bwd_result(inputs_, data_), c_); }
   AttnCase c_;
-  AttnData data_, expected_;
+  AttnData data_, inputs_;
 };
 
 TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
@@ -181,7 +178,7 @@ TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   mirror.download();
-  expect_expected_gradients();
+  expect_correct_gradients();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaFree(workspace);
@@ -204,7 +201,7 @@ TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   mirror.download();
-  expect_expected_gradients();
+  expect_correct_gradients();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

@@ -58,11 +58,17 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
   gemm_smem<true, typename K::Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
       sdSt + q_tile * 16, sK + c0, acc, lane);
-  float* tile = dq_tiles + int64_t(q_tile) * (p.d / 8) * kDqAccumTileFloats;
+  // One address computation, then constant offsets; the test for n8 tiles past d (a head dim
+  // served by a larger instantiation) stays off the common path.
+  float* dst = dq_tiles + (int64_t(q_tile) * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4;
+  const int tiles = (p.d - c0) / 8;
+  if (tiles >= K::kDqDTiles) {
 #pragma unroll
-  for (int dt = 0; dt < K::kDqDTiles; ++dt) {
-    const int col = c0 + dt * 8;
-    if (col < p.d) atomic_add_f32x4(tile + (col / 8) * kDqAccumTileFloats + lane * 4, acc[dt]);
+    for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(dst + dt * kDqAccumTileFloats, acc[dt]);
+  } else {
+#pragma unroll
+    for (int dt = 0; dt < K::kDqDTiles; ++dt)
+      if (dt < tiles) atomic_add_f32x4(dst + dt * kDqAccumTileFloats, acc[dt]);
   }
 }
 
@@ -117,10 +123,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   const int m_blocks = keys > 0 && i_hi > i_lo ? int((i_hi + K::kBlockM - 1) / K::kBlockM) - m_lo : 0;
   const int steps = m_blocks * p.group;
 
+  // Steps walk the query tiles of each head of the group in turn: (head, query tile) of a step,
+  // advanced by one per step (no division in the loop).
+  struct StepPlace {
+    int h, m_block;
+  };
+  auto next_place = [&](StepPlace at) {
+    return at.m_block + 1 < m_lo + m_blocks ? StepPlace{at.h, at.m_block + 1} : StepPlace{at.h + 1, m_lo};
+  };
   const Element* q = static_cast<const Element*>(p.q);
   const Element* dout = static_cast<const Element*>(p.dout);
-  auto load_step = [&](int step, int stage) {
-    const int h = hk * p.group + step / m_blocks, m_start = (m_lo + step % m_blocks) * K::kBlockM;
+  auto load_step = [&](StepPlace at, int stage) {
+    const int h = at.h, m_start = at.m_block * K::kBlockM;
     const int rows = min(K::kBlockM, seq.seqlen_q - m_start);
     load_rows_async<K, K::kBlockM>(
         stage_q(stage), q + q_row_offset(seq, varlen_q, b, m_start, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride),
@@ -146,16 +160,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[mt][dt][e] = acc_dv[mt][dt][e] = 0.f;
 
-  if (steps > 0) load_step(0, 0);
+  StepPlace place{hk * p.group, m_lo};
+  if (steps > 0) load_step(place, 0);
   cp_async_commit();
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < steps; ++step, place = next_place(place)) {
     const int stage = step % 2;
-    if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+    if (step + 1 < steps) load_step(next_place(place), stage ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();  // K, V and this step's Q, dout, statistics landed for every warp
 
-    const int h = hk * p.group + step / m_blocks, m_start = (m_lo + step % m_blocks) * K::kBlockM;
+    const int h = place.h, m_start = place.m_block * K::kBlockM;
     const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
     BwdScores scores{bounds, !kScoreMods || (p.softcap == 0.f && slope == 0.f), p.scale * kLog2e,
                      make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),

@@ -46,6 +46,14 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
     const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
     const typename K::Element* src = row0 + r * row_stride + col;
     typename K::Element* dst = smem + r * K::kSmemStride + col;
+    if (valid_rows >= kRows && d >= K::kHeadDim) {  // a whole tile: no predicate per copy
+#pragma unroll
+      for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+        cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, src, true);
+        src += kRowsPerPass * row_stride;
+      }
+      return;
+    }
 #pragma unroll
     for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
       const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;

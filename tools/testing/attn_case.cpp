@@ -573,19 +573,24 @@ std::vector<Check> check_fwd(const AttnData& data, flashattn_backend backend, in
   return checks;
 }
 
-std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bool deterministic,
-                             int num_threads) {
-  AttnData base = data;
-  run_fwd(base, FLASHATTN_BACKEND_CPU_REFERENCE);  // out and lse every backward run shares
-  AttnData ref = base, lowp = base, test = base;
+std::vector<Check> check_bwd_result(const AttnData& data, const AttnData& test) {
+  AttnData ref = data, lowp = data;
   run_bwd(ref, FLASHATTN_BACKEND_CPU_REFERENCE);
   run_bwd(lowp, FLASHATTN_BACKEND_CPU_REFERENCE_LOWP);
-  run_bwd(test, backend, deterministic, num_threads);
   return {compare("dq", test.dq, ref.dq, lowp.dq, kBwdFactor),
           compare("dk", test.dk, ref.dk, lowp.dk, kBwdFactor),
           compare("dv", test.dv, ref.dv, lowp.dv, kBwdFactor),
           flag("guard bands", guards_intact(test)),
-          flag("inputs unchanged", inputs_unchanged(base, test, false))};
+          flag("inputs unchanged", inputs_unchanged(data, test, false))};
+}
+
+std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bool deterministic,
+                             int num_threads) {
+  AttnData base = data;
+  run_fwd(base, FLASHATTN_BACKEND_CPU_REFERENCE);  // out and lse every backward run shares
+  AttnData test = base;
+  run_bwd(test, backend, deterministic, num_threads);
+  return check_bwd_result(base, test);
 }
 
 }  // namespace flashattn::testing

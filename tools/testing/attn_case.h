@@ -133,6 +133,10 @@ bool cuda_device_available();
 std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bool deterministic = false,
                              int num_threads = 0);
 
+// The checks of check_bwd for gradients `test` already computed from `data` (its q, k, v, out, lse
+// and dout) by other means, e.g. a captured CUDA graph.
+std::vector<Check> check_bwd_result(const AttnData& data, const AttnData& test);
+
 // Runs the forward on `backend` for `data` in place; throws std::runtime_error with the status
 // and message on failure. For FLASHATTN_BACKEND_CUDA every buffer is mirrored to device memory
 // (guard bands included), the call runs there, and every buffer is copied back.
