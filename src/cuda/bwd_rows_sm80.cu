@@ -111,6 +111,12 @@ void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, cudaStream_
   launch_rows(kernel, grid, kRowWarps * 32, p, stream, "backward row statistics kernel");
 }
 
+void clear_dq_accum(const BwdParams& p, cudaStream_t stream) {
+  const size_t bytes = size_t(p.heads_q) * size_t(p.dq_accum_tiles_per_head) * kDqAccumTileRows * size_t(p.d) * sizeof(float);
+  const cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, bytes, stream);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaMemsetAsync (dq accumulator): ", cudaGetErrorString(err));
+}
+
 void launch_bwd_dq_convert(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream) {
   auto kernel = dtype == FLASHATTN_F16 ? dq_convert_kernel<cutlass::half_t> : dq_convert_kernel<cutlass::bfloat16_t>;
   const dim3 grid(unsigned((p.seqlen_q + kDqAccumTileRows - 1) / kDqAccumTileRows), unsigned(p.heads_q),

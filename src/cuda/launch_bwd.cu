@@ -33,7 +33,8 @@ int64_t dq_accum_tiles_per_head(const AttnProblem& p) {
 }
 
 // The single pass (dq by atomics, whose order varies run to run) unless the call asks for
-// bitwise-reproducible gradients.
+// bitwise-reproducible gradients (or the device's shared memory cannot hold the single pass's
+// tile: launch_bwd_sm80.h; the accumulator then goes unused).
 size_t dq_accum_bytes(const AttnProblem& p) {
   return p.deterministic ? 0 : size_t(p.heads_q * dq_accum_tiles_per_head(p) * 16 * p.d) * sizeof(float);
 }
@@ -85,13 +86,8 @@ void bwd(const AttnProblem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
   Scratch workspace(p.exec, bwd_workspace_size(p), stream);
   const BwdParams params = make_bwd_params(p, workspace.data());
-  if (params.dq_accum != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes(p), stream);
-    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaMemsetAsync (dq accumulator): ", cudaGetErrorString(err));
-  }
   launch_bwd_row_stats(params, p.q.dtype, stream);
   launch_bwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
-  if (params.dq_accum != nullptr) launch_bwd_dq_convert(params, p.q.dtype, stream);
 }
 
 }  // namespace flashattn::cuda

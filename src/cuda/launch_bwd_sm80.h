@@ -1,15 +1,20 @@
 // Launcher of the sm80 backward's main kernels for one (head dim, dtype), on the caller's stream:
-// deterministic, the dq pass then the dk/dv pass; otherwise the single dk/dv pass that adds dq by
-// atomics. launch_bwd.cu runs the row-statistics kernel before (both schedules read its output)
-// and, for the single pass, the dq conversion after. The generated instantiation files include
-// this header and instantiate run_bwd_sm80 once each.
+// the single dk/dv pass that adds dq by atomics (cleared accumulator before, dq conversion after)
+// when the workspace has a dq accumulator and the device's shared memory per block holds its tile
+// (an A100's 163 KB does up to d 160); otherwise the dq pass then the dk/dv pass. launch_bwd.cu
+// runs the row-statistics kernel before (both schedules read its output). The generated
+// instantiation files include this header and instantiate run_bwd_sm80 once each.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include "core/error.h"
+#include "cuda/bwd_rows_sm80.h"
 #include "cuda/kernel_bwd_dkdv_sm80.h"
 #include "cuda/kernel_bwd_dq_sm80.h"
+#include "cuda/launch_common.h"
 
 namespace flashattn::cuda {
 
@@ -31,10 +36,13 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   auto dkv_grid = [&](int block_n, int out_split) {
     return dim3((p.max_stored_k + block_n - 1) / block_n * out_split, p.heads_kv, p.batch);
   };
-  if (p.dq_accum != nullptr) {
-    using Single = BwdDkvSm80<kHeadDim, Element, true>;
+  using Single = BwdDkvSm80<kHeadDim, Element, true>;
+  if (p.dq_accum != nullptr &&
+      Single::kSmemBytes <= device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, -1, "shared memory per block")) {
+    clear_dq_accum(p, stream);
     launch_bwd_kernel(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, dkv_grid(Single::kBlockN, Single::kOutSplit),
                       Single::kThreads, Single::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+    launch_bwd_dq_convert(p, std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16, stream);
     return;
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, false>;

@@ -167,6 +167,16 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
+int device_attribute(cudaDeviceAttr attribute, int device, const char* what) {
+  if (device < 0) cudaGetDevice(&device);
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
+    cudaGetLastError();
+    fail(FLASHATTN_CUDA_ERROR, "exec.device: cannot read the ", what, " of device ", device);
+  }
+  return value;
+}
+
 Scratch::Scratch(const flashattn_exec& exec, size_t bytes, cudaStream_t stream) : stream_(stream) {
   if (bytes == 0) return;
   if (exec.workspace != nullptr) {

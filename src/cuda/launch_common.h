@@ -24,6 +24,10 @@ void check_attention_supported(const AttnProblem& p, bool backward);
 
 FwdParams make_fwd_params(const AttnProblem& p);
 
+// An attribute of `device` (-1: the current device); a failed query is a FLASHATTN_CUDA_ERROR
+// naming `what`.
+int device_attribute(cudaDeviceAttr attribute, int device, const char* what);
+
 // Makes exec.device current for the call and restores the caller's device afterwards.
 class DeviceGuard {
  public:

@@ -26,16 +26,6 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-int sm_count(int device) {
-  if (device < 0) cudaGetDevice(&device);
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    fail(FLASHATTN_CUDA_ERROR, "exec.device: cannot read the SM count of device ", device);
-  }
-  return count;
-}
-
 // How one forward call runs: packed GQA rows, the number of key splits and their workspace.
 struct FwdPlan {
   int pack = 1;        // query heads per tile row group (1: off)
@@ -77,7 +67,8 @@ FwdPlan plan_fwd(const AttnProblem& p) {
   if (p.num_splits > 1) {
     plan.splits = int(p.num_splits);
   } else {  // split only when the CTAs leave slots idle; then fill the waves, with a few key tiles per split
-    const int64_t slots = int64_t(sm_count(p.exec.device)) * (plan.few_rows ? kFwdFewRowsCtasPerSm : kFwdCtasPerSm);
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, p.exec.device, "SM count");
+    const int64_t slots = int64_t(sms) * (plan.few_rows ? kFwdFewRowsCtasPerSm : kFwdCtasPerSm);
     const int64_t key_tiles = (p.seqlen_k + fwd_block_n_sm80(head_dim) - 1) / fwd_block_n_sm80(head_dim);
     const int64_t most = std::min<int64_t>(key_tiles / kMinKeyTilesPerSplit, kMaxAutoSplits);
     if (ctas < slots && most > 1) {

@@ -88,15 +88,19 @@ void print_table(const std::vector<Row>& rows) {
   }
 }
 
-void print_csv(const std::vector<Row>& rows, flashattn_dtype dtype, flashattn_backend backend) {
+// CSV rows go out one at a time as they are measured (flushed), so that a run cut short by a time
+// limit still leaves the points it finished.
+void print_csv_header() {
   std::printf("seqlen,d,causal,batch,heads,dtype,backend,fwd_ms,fwd_tflops,bwd_ms,bwd_tflops\n");
-  for (const Row& r : rows) {
-    std::printf("%lld,%lld,%d,%lld,%lld,%s,%s,%.4f,%.4f,", (long long)r.seqlen, (long long)r.d,
-                int(r.causal), (long long)r.batch, (long long)r.heads,
-                flashattn_dtype_string(dtype), backend_name(backend), r.fwd.ms, r.fwd.tflops());
-    if (r.bwd) std::printf("%.4f,%.4f\n", r.bwd->ms, r.bwd->tflops());
-    else std::printf(",\n");
-  }
+  std::fflush(stdout);
+}
+void print_csv_row(const Row& r, flashattn_dtype dtype, flashattn_backend backend) {
+  std::printf("%lld,%lld,%d,%lld,%lld,%s,%s,%.4f,%.4f,", (long long)r.seqlen, (long long)r.d,
+              int(r.causal), (long long)r.batch, (long long)r.heads, flashattn_dtype_string(dtype),
+              backend_name(backend), r.fwd.ms, r.fwd.tflops());
+  if (r.bwd) std::printf("%.4f,%.4f\n", r.bwd->ms, r.bwd->tflops());
+  else std::printf(",\n");
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -125,6 +129,9 @@ int bench_command(int argc, char** argv) {
       }
     }
   }
+  const flashattn_backend used = resolve_backend(exec.backend);
+  const bool csv = flags.has("csv");
+  if (csv) print_csv_header();
   Progress progress(rows.size());
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -143,14 +150,11 @@ int bench_command(int argc, char** argv) {
       progress.step(i, row, "bwd");
       row.bwd = time_bwd(data, exec);
     }
+    if (csv) print_csv_row(row, dtype, used);
   }
   progress.done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
-  const flashattn_backend used = resolve_backend(exec.backend);
-  if (flags.has("csv")) {
-    print_csv(rows, dtype, used);
-    return 0;
-  }
+  if (csv) return 0;
   std::printf("%s, backend %s", flashattn_dtype_string(dtype), backend_name(used));
   if (cpu) std::printf(", %s", threads_text(exec.threads).c_str());
   std::printf(", %lld tokens (batch = tokens / seqlen), heads * d = %lld, median of %d\n",
