@@ -53,6 +53,9 @@ std::vector<AttnCase> forward_cases() {
   cases.push_back(c);
   c.alibi_per_batch = true;
   cases.push_back(c);
+  c = shape(100, 1500, 64);  // negative slopes: scores grow with the distance
+  c.alibi = true, c.alibi_negative = true;
+  cases.push_back(c);
   for (int64_t ratio : {1, 3, 8}) {
     c = shape(160, 250, 128);
     c.heads_q = 8 * (ratio == 3 ? 3 : 1), c.heads_kv = c.heads_q / ratio;

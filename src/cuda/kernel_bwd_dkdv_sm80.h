@@ -143,12 +143,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
         stage_do(stage), dout + q_row_offset(seq, varlen_q, b, m_start, h, p.dout_batch_stride,
                                              p.dout_row_stride, p.dout_head_stride),
         p.dout_row_stride, rows, p.d_v);
-    // Rows past the queries get statistics of zeros: their Q and dout rows are zeros, so P is
-    // finite and dP, dS and their terms in dk and dv are exactly 0.
+    // Rows past the queries get lse +inf, so P is exactly 0 (a zero lse would let a negative
+    // ALiBi slope overflow 2^x); the step's first barrier publishes the plain store too.
     if (threadIdx.x < K::kBlockM) {
       const int r = threadIdx.x;
-      const RowStats* row = p.stats + int64_t(h) * p.stats_rows_per_head + workspace_row(p, seq, b, m_start + r);
-      cp_async_8(sStats + stage * K::kBlockM + r, r < rows ? row : p.stats, r < rows);
+      if (r < rows) {
+        cp_async_8(sStats + stage * K::kBlockM + r,
+                   p.stats + int64_t(h) * p.stats_rows_per_head + workspace_row(p, seq, b, m_start + r), true);
+      } else {
+        sStats[stage * K::kBlockM + r] = RowStats{INFINITY, 0.f};
+      }
     }
   };
 

@@ -62,8 +62,9 @@ struct BwdDqTileSm80 {
 // above d 64: with 64, S^T and dP^T spill at d 128.
 template <int kHeadDim>
 struct BwdDkvTileSm80 {
-  // The single pass (dq by atomics) takes 128 keys per CTA with 8 warps: its atomics scale with
-  // the queries and columns per key tile, and 64-key tiles measured 0.8x the two passes.
+  // The single pass (dq by atomics) takes 8 warps, 128 keys per CTA up to d 128 (64 above, with
+  // the column split): its atomics scale with the queries and columns per key tile, and 4-warp
+  // 64-key tiles measured 0.8x the two passes.
   static constexpr int kWarps = 4, kSinglePassWarps = 8, kWarpMTiles = 1;
   static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
   // The single pass holds no dq registers across steps and takes 64 queries (at d 128, 8 bytes

@@ -131,7 +131,7 @@ std::string AttnCase::describe() const {
        << (window_right < 0 ? std::string("inf") : std::to_string(window_right));
   }
   if (softcap > 0) os << "_softcap";
-  if (alibi) os << (alibi_per_batch ? "_alibib" : "_alibi");
+  if (alibi) os << (alibi_per_batch ? "_alibib" : "_alibi") << (alibi_negative ? "neg" : "");
   if (dropout_p > 0) os << "_drop" << int(dropout_p * 100);
   if (varlen) os << (seqused_k ? "_varlenused" : "_varlen");
   if (page_size > 0) os << "_paged" << page_size;
@@ -292,7 +292,11 @@ AttnData make_attn_data(const AttnCase& c) {
   if (c.alibi) {
     data.alibi_slopes = c.alibi_per_batch ? Buffer(FLASHATTN_F32, {B, c.heads_q})
                                           : Buffer(FLASHATTN_F32, {c.heads_q});
-    data.alibi_slopes.fill_random(next_seed(), 0.05, 0.5);
+    if (c.alibi_negative) {
+      data.alibi_slopes.fill_random(next_seed(), -0.15, -0.1);
+    } else {
+      data.alibi_slopes.fill_random(next_seed(), 0.05, 0.5);
+    }
   }
   data.max_seqlen_q = B > 0 ? *std::max_element(sq.begin(), sq.end()) : 0;
   data.max_seqlen_k = B > 0 ? *std::max_element(data.seqlens_k.begin(), data.seqlens_k.end()) : 0;

@@ -65,6 +65,7 @@ struct AttnCase {
   float softcap = 0.f;
   bool alibi = false;            // random slopes, [heads_q]
   bool alibi_per_batch = false;  // slopes [batch, heads_q]
+  bool alibi_negative = false;   // slopes in [-0.15, -0.1] (scores grow with the distance)
   float dropout_p = 0.f;
   uint64_t dropout_seed = 0x1234, dropout_offset = 0;
   bool varlen = false;     // random lengths in [0, seqlen], one of them 0 when batch >= 3
