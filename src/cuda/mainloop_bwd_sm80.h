@@ -80,7 +80,8 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   // rows split into the m16 tiles of kBlockM, its kCtaCols columns over kDqWarpsN warps (the
   // largest count the other warp factor allows that divides the n8 tiles; warps beyond it skip dq).
   static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
-  static constexpr int kStagedTiles = kColSplit > 1 ? 2 : 1;  // dS^T, and P^T with split columns
+  // dS^T in the single pass, and P^T with split columns; none for the two-pass kernel.
+  static constexpr int kStagedTiles = !kSinglePass ? 0 : (kColSplit > 1 ? 2 : 1);
   static constexpr int kDqMTiles = kBlockM / 16;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMTiles;
