@@ -2,9 +2,12 @@
 // plus the gradients, dout, the per-row statistics the dk/dv pass reads and the dq accumulator.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "cuda/fwd_params.h"
+#include "cuda/seq_info.h"
 
 namespace flashattn::cuda {
 
@@ -15,12 +18,26 @@ struct RowStats {
 };
 
 // The single pass's dq accumulator is tiled so that one warp's m16n8 product of dq lands in 512
-// contiguous bytes: per query head, per 16-row tile of a sequence's queries (dq_accum_first_tile
-// in seq_info.h: no tile holds rows of two sequences), per n8 tile of the d columns, the 128
-// floats of the MMA C fragment in lane order (lane * 4 + e: rows lane / 4 and + 8, columns
-// 2 (lane % 4) and + 1).
+// contiguous bytes: per query head, per 16-row tile of a sequence's queries (no tile holds rows
+// of two sequences), per n8 tile of the d columns, the 128 floats of the MMA C fragment in lane
+// order (lane * 4 + e: rows lane / 4 and + 8, columns 2 (lane % 4) and + 1).
 constexpr int kDqAccumTileRows = 16;
 constexpr int kDqAccumTileFloats = 128;
+
+// Tiles per head. Dense: ceil(seqlen_q / 16) per sequence. Varlen: sequence b starts at tile
+// floor((token + 16 b) / 16) (dq_accum_first_tile); the next one's first tile lies at least
+// ceil(seqlen_q / 16) tiles further, and the last one's tiles end by (total_q + 16 batch) / 16.
+FA_HD int64_t dq_accum_tiles_per_head(bool varlen_q, int64_t total_q, int64_t batch, int64_t seqlen_q) {
+  return varlen_q ? (total_q + kDqAccumTileRows * batch) / kDqAccumTileRows
+                  : batch * ((seqlen_q + kDqAccumTileRows - 1) / kDqAccumTileRows);
+}
+FA_HD size_t dq_accum_bytes(int64_t heads_q, int64_t tiles_per_head, int64_t d) {
+  return size_t(heads_q) * size_t(tiles_per_head) * kDqAccumTileRows * size_t(d) * sizeof(float);
+}
+__device__ __forceinline__ int64_t dq_accum_first_tile(const FwdParams& p, const SeqInfo& s, int b) {
+  return p.cu_seqlens_q ? (s.q_start + kDqAccumTileRows * int64_t(b)) / kDqAccumTileRows
+                        : int64_t(b) * ((p.seqlen_q + kDqAccumTileRows - 1) / kDqAccumTileRows);
+}
 
 struct BwdParams : FwdParams {
   const void* dout;  // strides of out (the validation holds dout to out's shape)
@@ -39,7 +56,7 @@ struct BwdParams : FwdParams {
   // deterministic passes.
   float* dq_accum;
   int64_t stats_rows_per_head;      // dense: batch * seqlen_q; varlen: total_q
-  int64_t dq_accum_tiles_per_head;  // dense: batch * ceil(seqlen_q / 16); varlen: (total_q + 16 batch) / 16
+  int64_t dq_accum_tiles_per_head;  // dq_accum_tiles_per_head() of the call
 };
 
 }  // namespace flashattn::cuda

@@ -112,8 +112,8 @@ void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, cudaStream_
 }
 
 void clear_dq_accum(const BwdParams& p, cudaStream_t stream) {
-  const size_t bytes = size_t(p.heads_q) * size_t(p.dq_accum_tiles_per_head) * kDqAccumTileRows * size_t(p.d) * sizeof(float);
-  const cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, bytes, stream);
+  const cudaError_t err =
+      cudaMemsetAsync(p.dq_accum, 0, dq_accum_bytes(p.heads_q, p.dq_accum_tiles_per_head, p.d), stream);
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaMemsetAsync (dq accumulator): ", cudaGetErrorString(err));
 }
 

@@ -20,23 +20,19 @@ int64_t stats_rows_per_head(const AttnProblem& p) {
   return p.varlen_q ? p.q.shape[0] : p.batch * p.seqlen_q;
 }
 
-constexpr size_t kAlign = 256;
-
 size_t stats_bytes(const AttnProblem& p) {
-  const size_t bytes = size_t(p.heads_q * stats_rows_per_head(p)) * sizeof(RowStats);
-  return (bytes + kAlign - 1) / kAlign * kAlign;
+  return align_workspace(size_t(p.heads_q * stats_rows_per_head(p)) * sizeof(RowStats));
 }
 
-// 16-row tiles per head of the single pass's dq accumulator (bwd_params.h, seq_info.h).
-int64_t dq_accum_tiles_per_head(const AttnProblem& p) {
-  return p.varlen_q ? (p.q.shape[0] + 16 * p.batch) / 16 : p.batch * ((p.seqlen_q + 15) / 16);
+int64_t dq_tiles_per_head(const AttnProblem& p) {
+  return dq_accum_tiles_per_head(p.varlen_q, p.q.shape[0], p.batch, p.seqlen_q);
 }
 
 // The single pass (dq by atomics, whose order varies run to run) unless the call asks for
 // bitwise-reproducible gradients (or the device's shared memory cannot hold the single pass's
 // tile: launch_bwd_sm80.h; the accumulator then goes unused).
-size_t dq_accum_bytes(const AttnProblem& p) {
-  return p.deterministic ? 0 : size_t(p.heads_q * dq_accum_tiles_per_head(p) * 16 * p.d) * sizeof(float);
+size_t dq_accum_size(const AttnProblem& p) {
+  return p.deterministic ? 0 : dq_accum_bytes(p.heads_q, dq_tiles_per_head(p), p.d);
 }
 
 BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
@@ -65,7 +61,7 @@ BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
   k.max_stored_k = int(bound_by_total ? p.k.shape[0] : p.seqlen_k);
   k.stats = static_cast<RowStats*>(workspace);
   k.stats_rows_per_head = stats_rows_per_head(p);
-  k.dq_accum_tiles_per_head = dq_accum_tiles_per_head(p);
+  k.dq_accum_tiles_per_head = dq_tiles_per_head(p);
   k.dq_accum = p.deterministic ? nullptr
                                : reinterpret_cast<float*>(static_cast<char*>(workspace) + stats_bytes(p));
   return k;
@@ -73,7 +69,7 @@ BwdParams make_bwd_params(const AttnProblem& p, void* workspace) {
 
 }  // namespace
 
-size_t bwd_workspace_size(const AttnProblem& p) { return stats_bytes(p) + dq_accum_bytes(p); }
+size_t bwd_workspace_size(const AttnProblem& p) { return stats_bytes(p) + dq_accum_size(p); }
 
 void bwd(const AttnProblem& p) {
   check_attention_supported(p, /*backward=*/true);

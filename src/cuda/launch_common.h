@@ -24,6 +24,11 @@ void check_attention_supported(const AttnProblem& p, bool backward);
 
 FwdParams make_fwd_params(const AttnProblem& p);
 
+// Sub-buffers of a workspace start at multiples of kWorkspaceAlign bytes (what cudaMalloc gives;
+// the kernels' records need 16), and a caller's workspace must be aligned so.
+constexpr size_t kWorkspaceAlign = 256;
+inline size_t align_workspace(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
 // An attribute of `device` (-1: the current device); a failed query is a FLASHATTN_CUDA_ERROR
 // naming `what`.
 int device_attribute(cudaDeviceAttr attribute, int device, const char* what);

@@ -22,10 +22,6 @@ constexpr int kMaxAutoSplits = 64;
 // Of the split counts whose last wave of CTAs is nearly as full as the best one's, the smallest
 // wins: each split adds partials to write and merge.
 constexpr double kWaveFillSlack = 0.85;
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
 // How one forward call runs: packed GQA rows, the number of key splits and their workspace.
 struct FwdPlan {
   int pack = 1;        // query heads per tile row group (1: off)
@@ -84,8 +80,8 @@ FwdPlan plan_fwd(const AttnProblem& p) {
   }
   if (plan.splits > 1) {
     const size_t rows = size_t(plan.splits * plan.heads * p.batch * plan.rows);
-    plan.out_accum_bytes = align_up(rows * size_t(p.d_v) * sizeof(float));
-    plan.lse_accum_bytes = align_up(rows * sizeof(float));
+    plan.out_accum_bytes = align_workspace(rows * size_t(p.d_v) * sizeof(float));
+    plan.lse_accum_bytes = align_workspace(rows * sizeof(float));
   }
   return plan;
 }

@@ -38,17 +38,10 @@ __device__ __forceinline__ int64_t q_row_offset(const SeqInfo& s, bool varlen, i
   return (varlen ? 0 : int64_t(b) * batch_stride) + row * row_stride + int64_t(h) * head_stride;
 }
 
-// Row of query i of sequence b in the backward's per-row workspace arrays (statistics, dq
-// accumulator): b * seqlen_q + i for a dense q, the token for a varlen one.
+// Row of query i of sequence b in the backward's statistics workspace: b * seqlen_q + i for a
+// dense q, the token for a varlen one.
 __device__ __forceinline__ int64_t workspace_row(const FwdParams& p, const SeqInfo& s, int b, int i) {
   return (p.cu_seqlens_q ? s.q_start : int64_t(b) * p.seqlen_q) + i;
-}
-
-// First 16-row tile of sequence b in the single pass's tiled dq accumulator (bwd_params.h). Dense:
-// ceil(seqlen_q / 16) tiles per sequence. Varlen: tile floor((token + 16 b) / 16); the next
-// sequence's first tile lies at least ceil(seqlen_q / 16) tiles further, so tiles never straddle.
-__device__ __forceinline__ int64_t dq_accum_first_tile(const FwdParams& p, const SeqInfo& s, int b) {
-  return p.cu_seqlens_q ? (s.q_start + 16 * int64_t(b)) / 16 : int64_t(b) * ((p.seqlen_q + 15) / 16);
 }
 
 // Element offset of key row j (within the sequence) of kv head hk, for k- and v-shaped tensors.
