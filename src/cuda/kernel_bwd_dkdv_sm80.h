@@ -60,7 +60,7 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
       sdSt + q_tile * 16, sK + c0, acc, lane);
   // One address computation, then constant offsets; the test for n8 tiles past d (a head dim
   // served by a larger instantiation) stays off the common path.
-  float* dst = dq_tiles + (int64_t(q_tile) * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4;
+  float* dst = dq_tiles + ((q_tile * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
   const int tiles = (p.d - c0) / 8;
   if (tiles >= K::kDqDTiles) {
 #pragma unroll
