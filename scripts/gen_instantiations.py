@@ -14,12 +14,17 @@ DTYPES = {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 DTYPE_ENUMS = {"f16": "FLASHATTN_F16", "bf16": "FLASHATTN_BF16"}
 SUPPORTED_HEAD_DIMS = [32, 64, 96, 128, 160, 192, 224, 256]
 
-# Kernel families: the arch they need, their direction, the header defining the launcher
-# template `launcher<kHeadDim, Element>(const Params&, cudaStream_t)`, and the params type.
+# Kernel families: the arch they need (a compute capability, or an "a" target such as "90a"),
+# their direction, the header defining the launcher template
+# `launcher<kHeadDim, Element>(const Params&, cudaStream_t)`, and the params type.
 FAMILIES = [
-    dict(name="fwd_sm80", arch=80, direction="fwd", header="cuda/launch_fwd_sm80.h",
+    dict(name="fwd_sm80", arch="80", direction="fwd", header="cuda/launch_fwd_sm80.h",
          launcher="run_fwd_sm80", params="FwdParams", params_header="cuda/fwd_params.h"),
-    dict(name="bwd_sm80", arch=80, direction="bwd", header="cuda/launch_bwd_sm80.h",
+    # wgmma and setmaxnreg exist only on the arch-specific sm_90a target; the kernel's body is
+    # compiled for it alone (empty on the other archs of the build).
+    dict(name="fwd_sm90", arch="90a", direction="fwd", header="cuda/launch_fwd_sm90.h",
+         launcher="run_fwd_sm90", params="FwdParams", params_header="cuda/fwd_params.h"),
+    dict(name="bwd_sm80", arch="80", direction="bwd", header="cuda/launch_bwd_sm80.h",
          launcher="run_bwd_sm80", params="BwdParams", params_header="cuda/bwd_params.h"),
 ]
 
@@ -70,7 +75,10 @@ def main():
     registry.append("namespace flashattn::cuda {")
     for fam in FAMILIES:
         # A family this build leaves out still gets its launch function, which then finds nothing.
-        built = max(arch_numbers) >= fam["arch"] and (fam["direction"] == "fwd" or backward)
+        # An "a" arch (arch-specific features) needs exactly that target in the list.
+        needed = fam["arch"]
+        has_arch = needed in archs if needed.endswith("a") else max(arch_numbers) >= int(needed)
+        built = has_arch and (fam["direction"] == "fwd" or backward)
         registry.append(f"template <int kHeadDim, class Element>")
         registry.append(f"void {fam['launcher']}(const {fam['params']}& params, cudaStream_t stream);")
         registry.append(f"inline bool launch_{fam['name']}([[maybe_unused]] int head_dim, "

@@ -42,7 +42,7 @@ gtest_flags=()
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
   -DCUTLASS_DIR="$PWD/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$dims" \
-  -DFLASHATTN_DTYPES="$dtypes" "${gtest_flags[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  -DFLASHATTN_DTYPES="$dtypes" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -40; exit 1; }
 summary+=("build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s")
 
@@ -73,6 +73,9 @@ if [ $run_bench = 1 ]; then
   [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
   timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
     > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
+  # The sm80 forward beside it (on a Hopper GPU the cuda backend's forward is the sm90a kernel).
+  timeout 200 build-gpu/tools/flashattn/flashattn bench --backend cuda-sm80 --csv --fwd-only \
+    > "$out/bench-sm80.csv" 2> "$out/bench-sm80.err" || tail -5 "$out/bench-sm80.err"
   : > "$out/bench-torch.csv"
   if [ $peers = 1 ]; then
     timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
@@ -80,7 +83,8 @@ if [ $run_bench = 1 ]; then
   fi
   timeout 120 build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
   cat "$out/bench-decode.txt"
-  python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" | tee "$out/bench-table.txt"
+  python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" "$out/bench-sm80.csv" |
+    tee "$out/bench-table.txt"
 fi
 
 if [ -n "$profile" ]; then
@@ -108,8 +112,14 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
   profile_kernel fa2-bwd "flash_bwd_dq_dk_dv" python3 -c "$torch_step"
 fi
 
-# The sm_90a SASS of the kernels, for reading offline.
-cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "${OUT:-$out}/kernels-sm90a.sass.gz"
+# The sm_90a SASS of the kernels, for reading offline, and the sm90a forward's check: wgmma in
+# its SASS (HGMMA) and no spills in the compiler's report (ptxas -v in the build log).
+sass="${OUT:-$out}/kernels-sm90a.sass.gz"
+cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "$sass"
+hgmma=$(zcat "$sass" | awk '/Function :/ { f = ($3 ~ /fwd_kernel_sm90/) } f && /HGMMA/ { n++ } END { print n + 0 }')
+spills=$(awk '/Compiling entry function/ { f = ($0 ~ /fwd_kernel_sm90/ && $0 ~ /sm_90a/) }
+              f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$out/build.log")
+summary+=("sm90a forward: $hgmma HGMMA in its SASS; instantiations with spills: $spills")
 
 echo "=== summary ($(cat "$out/device.txt"))"
 printf '%s\n' "${summary[@]}"

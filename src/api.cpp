@@ -164,7 +164,7 @@ flashattn_status flashattn_get_capabilities(flashattn_capabilities* caps) {
     caps->backends = (1u << FLASHATTN_BACKEND_CPU) | (1u << FLASHATTN_BACKEND_CPU_REFERENCE) |
                      (1u << FLASHATTN_BACKEND_CPU_REFERENCE_LOWP);
 #ifdef FLASHATTN_WITH_CUDA
-    caps->backends |= 1u << FLASHATTN_BACKEND_CUDA;
+    caps->backends |= (1u << FLASHATTN_BACKEND_CUDA) | (1u << FLASHATTN_BACKEND_CUDA_SM80);
     for (int arch : kBuiltCudaArchs) {
       if (caps->num_cuda_archs < FLASHATTN_MAX_LIST) caps->cuda_archs[caps->num_cuda_archs++] = arch;
     }

@@ -14,6 +14,10 @@
 namespace flashattn {
 namespace {
 
+bool is_cuda(flashattn_backend backend) {
+  return backend == FLASHATTN_BACKEND_CUDA || backend == FLASHATTN_BACKEND_CUDA_SM80;
+}
+
 // AUTO: CUDA when q (or the merge input) lives in device memory and CUDA is built in, else CPU.
 flashattn_backend resolve(const flashattn_exec& exec, [[maybe_unused]] const void* probe) {
   if (exec.backend != FLASHATTN_BACKEND_AUTO) return exec.backend;
@@ -67,8 +71,8 @@ void check_memory(const MergeProblem&, bool) {}
 
 void dispatch_fwd(const AttnProblem& p) {
   flashattn_backend backend = resolve(p.exec, p.q.data);
-  check_memory(p, backend == FLASHATTN_BACKEND_CUDA);
-  if (backend == FLASHATTN_BACKEND_CUDA) {
+  check_memory(p, is_cuda(backend));
+  if (is_cuda(backend)) {
 #ifdef FLASHATTN_WITH_CUDA
     cuda::fwd(p);
     return;
@@ -87,8 +91,8 @@ void dispatch_fwd(const AttnProblem& p) {
 
 void dispatch_bwd(const AttnProblem& p) {
   flashattn_backend backend = resolve(p.exec, p.q.data);
-  check_memory(p, backend == FLASHATTN_BACKEND_CUDA);
-  if (backend == FLASHATTN_BACKEND_CUDA) {
+  check_memory(p, is_cuda(backend));
+  if (is_cuda(backend)) {
 #ifdef FLASHATTN_WITH_CUDA
     cuda::bwd(p);
     return;
@@ -106,8 +110,8 @@ void dispatch_bwd(const AttnProblem& p) {
 
 void dispatch_merge(const MergeProblem& p) {
   flashattn_backend backend = resolve(p.exec, p.out_partial.data);
-  check_memory(p, backend == FLASHATTN_BACKEND_CUDA);
-  if (backend == FLASHATTN_BACKEND_CUDA) {
+  check_memory(p, is_cuda(backend));
+  if (is_cuda(backend)) {
 #ifdef FLASHATTN_WITH_CUDA
     cuda::merge(p);
     return;
@@ -120,14 +124,14 @@ void dispatch_merge(const MergeProblem& p) {
 
 size_t fwd_workspace_size([[maybe_unused]] const AttnProblem& p) {
 #ifdef FLASHATTN_WITH_CUDA
-  if (resolve(p.exec, p.q.data) == FLASHATTN_BACKEND_CUDA) return cuda::fwd_workspace_size(p);
+  if (is_cuda(resolve(p.exec, p.q.data))) return cuda::fwd_workspace_size(p);
 #endif
   return 0;  // the CPU backends allocate their per-thread tiles themselves
 }
 
 size_t bwd_workspace_size([[maybe_unused]] const AttnProblem& p) {
 #ifdef FLASHATTN_WITH_CUDA
-  if (resolve(p.exec, p.q.data) == FLASHATTN_BACKEND_CUDA) return cuda::bwd_workspace_size(p);
+  if (is_cuda(resolve(p.exec, p.q.data))) return cuda::bwd_workspace_size(p);
 #endif
   return 0;
 }

@@ -2,6 +2,7 @@
 // kernel for a case, and the case builder of their grids.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,22 @@ inline bool kernel_built(const AttnCase& c, bool backward) {
     if (caps.head_dims[i] >= std::max(c.d, c.head_dim_v())) return true;
   }
   return false;
+}
+
+// Whether the CUDA backend has faster kernels than its sm80 ones for the current device (the sm90a
+// forward on a compute capability 9.0 GPU), so that FLASHATTN_BACKEND_CUDA_SM80 tests other code.
+inline bool device_has_sm90_kernels() {
+  flashattn_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  if (flashattn_get_capabilities(&caps) != FLASHATTN_SUCCESS) return false;
+  if (std::find(caps.cuda_archs, caps.cuda_archs + caps.num_cuda_archs, 90) == caps.cuda_archs + caps.num_cuda_archs) {
+    return false;
+  }
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
 }
 
 inline void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {

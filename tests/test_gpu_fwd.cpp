@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn_case.h"
@@ -144,17 +145,27 @@ std::vector<AttnCase> forward_cases() {
   return cases;
 }
 
-class GpuForward : public ::testing::TestWithParam<AttnCase> {};
+// Every case on the CUDA backend's own choice of kernels (the sm90a forward where it serves the
+// case on an H100 / H200) and on its sm80 kernels.
+class GpuForward : public ::testing::TestWithParam<std::tuple<AttnCase, flashattn_backend>> {};
 
 TEST_P(GpuForward, MatchesReference) {
   SKIP_WITHOUT_GPU();
-  const AttnCase& c = GetParam();
+  const auto& [c, backend] = GetParam();
   if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
-  expect_pass(check_fwd(make_attn_data(c), FLASHATTN_BACKEND_CUDA), c);
+  if (backend == FLASHATTN_BACKEND_CUDA_SM80 && !device_has_sm90_kernels()) {
+    GTEST_SKIP() << "the sm80 kernels are the CUDA backend's own on this device";
+  }
+  expect_pass(check_fwd(make_attn_data(c), backend), c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GpuForward, ::testing::ValuesIn(forward_cases()),
-                         [](const auto& info) { return info.param.describe(); });
+INSTANTIATE_TEST_SUITE_P(Cases, GpuForward,
+                         ::testing::Combine(::testing::ValuesIn(forward_cases()),
+                                            ::testing::Values(FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).describe() +
+                                  (std::get<1>(info.param) == FLASHATTN_BACKEND_CUDA_SM80 ? "_sm80" : "");
+                         });
 
 // Offsets past 2^31 elements: a paged cache of more than 2^31 elements per tensor whose used
 // pages sit at its far end. The unused pages hold NaN, so a wrapped offset that lands in them shows.

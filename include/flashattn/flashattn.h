@@ -79,12 +79,15 @@ typedef enum flashattn_backend {
   FLASHATTN_BACKEND_AUTO = 0,          /* CUDA if q is device memory and CUDA is built in, else CPU */
   FLASHATTN_BACKEND_CPU = 1,           /* tiled online-softmax, multi-threaded, f32 accumulation */
   FLASHATTN_BACKEND_CPU_REFERENCE = 2, /* naive, f64 accumulation: the reference of every test */
-  FLASHATTN_BACKEND_CUDA = 3,
+  FLASHATTN_BACKEND_CUDA = 3,          /* the fastest kernels of the device: sm90a on Hopper, else sm80 */
   /* The naive backend with the roundings of an unfused low-precision implementation (scores,
    * probabilities, gradients and outputs rounded to the input dtype, as a framework computing
    * attention in f16/bf16 does). Slow; its error against CPU_REFERENCE is the baseline of the
    * correctness rule in docs/semantics.md. */
-  FLASHATTN_BACKEND_CPU_REFERENCE_LOWP = 4
+  FLASHATTN_BACKEND_CPU_REFERENCE_LOWP = 4,
+  /* The CUDA backend restricted to its portable sm80 kernels, also where faster ones exist (the
+   * Hopper forward on sm90): for comparison and testing. */
+  FLASHATTN_BACKEND_CUDA_SM80 = 5
 } flashattn_backend;
 
 /* How a call executes. The *_params_init defaults: automatic backend, current CUDA device, all

@@ -167,9 +167,9 @@ void check_header(const Params* params, const char* type_name) {
 
 void check_exec(const flashattn_exec& exec) {
   int backend = raw_value(exec.backend);
-  FA_CHECK_ARG(backend >= FLASHATTN_BACKEND_AUTO && backend <= FLASHATTN_BACKEND_CPU_REFERENCE_LOWP,
+  FA_CHECK_ARG(backend >= FLASHATTN_BACKEND_AUTO && backend <= FLASHATTN_BACKEND_CUDA_SM80,
                "exec.backend: expected a flashattn_backend (", FLASHATTN_BACKEND_AUTO, "..",
-               FLASHATTN_BACKEND_CPU_REFERENCE_LOWP, "), got ", backend);
+               FLASHATTN_BACKEND_CUDA_SM80, "), got ", backend);
   FA_CHECK_ARG(exec.num_threads >= 0,
                "exec.num_threads: expected >= 0 (0 = all hardware threads), got ",
                exec.num_threads);

@@ -24,6 +24,7 @@ constexpr int kMaxAutoSplits = 64;
 constexpr double kWaveFillSlack = 0.85;
 // How one forward call runs: packed GQA rows, the number of key splits and their workspace.
 struct FwdPlan {
+  bool sm90 = false;   // the Hopper kernel (launch_fwd_sm90.h) instead of the sm80 ones
   int pack = 1;        // query heads per tile row group (1: off)
   bool few_rows = false;  // the few-rows tile variant (tile_size.h)
   int splits = 1;
@@ -39,7 +40,22 @@ double wave_fill(int64_t ctas, int64_t slots) {
   return double(ctas) / double(waves * slots);
 }
 
-FwdPlan plan_fwd(const AttnProblem& p) {
+// Whether the Hopper kernel can take a call the sm80 plan serves with plain tiles: dense q / k / v
+// (no KV cache, append, varlen or paging), no dropout, d_v == d, keys present, on a compute
+// capability 9.0 device, unless the caller asked for the sm80 kernels. Decoding-shaped calls
+// (packed GQA heads, split keys, the few-rows tile) stay on the sm80 plan, which is built for them.
+bool sm90_serves(const AttnProblem& p, const FwdPlan& sm80_plan) {
+  if (p.exec.backend == FLASHATTN_BACKEND_CUDA_SM80) return false;
+  if (p.varlen_q || p.kv_layout != KvLayout::Dense || p.cache_seqlens.present() || p.has_append() ||
+      p.opts.dropout_p > 0.f || p.d != p.d_v || p.seqlen_k == 0) {
+    return false;
+  }
+  if (sm80_plan.pack > 1 || sm80_plan.splits > 1 || sm80_plan.few_rows) return false;
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, p.exec.device, "compute capability") == 9 &&
+         device_attribute(cudaDevAttrComputeCapabilityMinor, p.exec.device, "compute capability") == 0;
+}
+
+FwdPlan plan_sm80(const AttnProblem& p) {
   FwdPlan plan;
   const int64_t group = p.heads_q / p.heads_kv;
   // One query per sequence (decoding): the group's heads share K/V, so one tile serves them all
@@ -83,6 +99,12 @@ FwdPlan plan_fwd(const AttnProblem& p) {
     plan.out_accum_bytes = align_workspace(rows * size_t(p.d_v) * sizeof(float));
     plan.lse_accum_bytes = align_workspace(rows * sizeof(float));
   }
+  return plan;
+}
+
+FwdPlan plan_fwd(const AttnProblem& p) {
+  FwdPlan plan = plan_sm80(p);
+  plan.sm90 = sm90_serves(p, plan);
   return plan;
 }
 
@@ -137,7 +159,10 @@ void fwd(const AttnProblem& p) {
     params.lse_accum = reinterpret_cast<float*>(static_cast<char*>(workspace.data()) + plan.out_accum_bytes);
     params.accum_rows = int64_t(params.batch) * params.seqlen_q;
   }
-  launch_fwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
+  const int head_dim = int(std::max(p.d, p.d_v));
+  // A build without the sm90a kernels (FLASHATTN_CUDA_ARCHS) leaves every call to the sm80 ones.
+  if (plan.sm90 && launch_fwd_sm90(head_dim, p.q.dtype, params, stream)) return;
+  launch_fwd_sm80(head_dim, p.q.dtype, params, stream);
   if (plan.splits > 1) launch_merge(combine_params(params, plan, p.q.dtype), stream);
 }
 

@@ -46,6 +46,21 @@ constexpr int fwd_block_n_sm80(int head_dim) {
   return head_dim <= 64 ? FwdTileSm80<64>::kBlockN : FwdTileSm80<128>::kBlockN;
 }
 
+// sm90a forward (warp-specialized: one producer warpgroup issuing TMA, kConsumerWarpgroups
+// warpgroups of 64 query rows issuing wgmma). kBlockN keys per K / V stage, kStages stages.
+// The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
+// O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q
+// and kStages K and V tiles (at most 227 KB).
+template <int kHeadDim>
+struct FwdTileSm90 {
+  static constexpr int kConsumerWarpgroups = 2;
+  // Up to d 128, 128-key tiles: S 64 + O 64 floats, 160 KB of shared memory at d 128. Above,
+  // O alone is up to 128 floats and Q 64 KB, so 64-key tiles (192 KB at d 256).
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  // Two stages: the next tile's K and V land while this one's products run.
+  static constexpr int kStages = 2;
+};
+
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
 // so the key step halves above d 128 to stay clear of spills.

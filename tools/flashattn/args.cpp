@@ -130,10 +130,11 @@ flashattn_dtype parse_dtype(const std::string& flag, const std::string& text) {
 
 flashattn_backend parse_backend(const std::string& flag, const std::string& text) {
   for (flashattn_backend backend : {FLASHATTN_BACKEND_AUTO, FLASHATTN_BACKEND_CPU,
-                                    FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CUDA}) {
+                                    FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CUDA,
+                                    FLASHATTN_BACKEND_CUDA_SM80}) {
     if (text == backend_name(backend)) return backend;
   }
-  throw UsageError(flag_text(flag) + ": expected auto, cpu, reference or cuda, got '" + text + "'");
+  throw UsageError(flag_text(flag) + ": expected auto, cpu, reference, cuda or cuda-sm80, got '" + text + "'");
 }
 
 const char* backend_name(flashattn_backend backend) {
@@ -143,6 +144,7 @@ const char* backend_name(flashattn_backend backend) {
     case FLASHATTN_BACKEND_CPU_REFERENCE: return "reference";
     case FLASHATTN_BACKEND_CUDA: return "cuda";
     case FLASHATTN_BACKEND_CPU_REFERENCE_LOWP: return "reference-lowp";
+    case FLASHATTN_BACKEND_CUDA_SM80: return "cuda-sm80";
   }
   return "unknown";
 }

@@ -40,7 +40,7 @@ const CommandSpec kBench{
      {"seqlens", "L,...", "sequence lengths"},
      {"dims", "D,...", "head dims"},
      {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
-     {"backend", "B", "auto, cpu, reference or cuda (default auto)"},
+     {"backend", "B", "auto, cpu, reference, cuda or cuda-sm80 (default auto)"},
      {"threads", "N", "CPU threads, 0 = all (default 0)"},
      {"fwd-only", nullptr, "skip the backward"},
      {"warmup", "N", "untimed calls before each measurement (default 1 CPU, 5 GPU)"},

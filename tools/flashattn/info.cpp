@@ -15,7 +15,7 @@ const CommandSpec kInfo{
 
 constexpr flashattn_backend kAllBackends[] = {
     FLASHATTN_BACKEND_CPU, FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CPU_REFERENCE_LOWP,
-    FLASHATTN_BACKEND_CUDA};
+    FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80};
 constexpr flashattn_dtype kKernelDtypes[] = {FLASHATTN_F32, FLASHATTN_F16, FLASHATTN_BF16,
                                               FLASHATTN_E4M3};
 

@@ -42,7 +42,9 @@ flashattn_backend resolve_backend(flashattn_backend requested) {
   return testing::cuda_device_available() ? FLASHATTN_BACKEND_CUDA : FLASHATTN_BACKEND_CPU;
 }
 
-bool is_cpu_backend(flashattn_backend backend) { return backend != FLASHATTN_BACKEND_CUDA; }
+bool is_cpu_backend(flashattn_backend backend) {
+  return backend != FLASHATTN_BACKEND_CUDA && backend != FLASHATTN_BACKEND_CUDA_SM80;
+}
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 

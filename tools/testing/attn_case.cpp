@@ -406,11 +406,11 @@ void throw_on_failure(const char* call, flashattn_status status) {
   }
 }
 
-// Runs `call` on params built from `data`, on device copies when the backend is CUDA.
+// Runs `call` on params built from `data`, on device copies when the backend is a CUDA one.
 template <class Params, class Call>
 void run_on_backend([[maybe_unused]] AttnData& data, Params params, flashattn_backend backend, const char* name,
                     Call call) {
-  if (backend != FLASHATTN_BACKEND_CUDA) {
+  if (backend != FLASHATTN_BACKEND_CUDA && backend != FLASHATTN_BACKEND_CUDA_SM80) {
     throw_on_failure(name, call(&params));
     return;
   }

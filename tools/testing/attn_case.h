@@ -139,7 +139,7 @@ std::vector<Check> check_bwd(const AttnData& data, flashattn_backend backend, bo
 std::vector<Check> check_bwd_result(const AttnData& data, const AttnData& test);
 
 // Runs the forward on `backend` for `data` in place; throws std::runtime_error with the status
-// and message on failure. For FLASHATTN_BACKEND_CUDA every buffer is mirrored to device memory
+// and message on failure. For the CUDA backends every buffer is mirrored to device memory
 // (guard bands included), the call runs there, and every buffer is copied back.
 void run_fwd(AttnData& data, flashattn_backend backend, int num_threads = 0);
 void run_bwd(AttnData& data, flashattn_backend backend, bool deterministic = false, int num_threads = 0);

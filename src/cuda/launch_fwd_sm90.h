@@ -1,0 +1,56 @@
+// Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
+// q, k and v (v as V^T: head dim x keys) and launches one CTA per (query tile, head, sequence).
+// The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
+// launch_fwd.cu decides when this path serves a call (fwd_sm90_serves).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "cuda/kernel_fwd_sm90.h"
+
+namespace flashattn::cuda {
+
+template <class K, bool kScoreMods>
+void launch_sm90(const FwdParams& p, cudaStream_t stream) {
+  using namespace cute;
+  using Element = typename K::Element;
+  const int heads_kv = p.heads_q / p.group;
+  auto rows = [](const void* data, int rows, int cols, int heads, int batch, int64_t row_stride,
+                 int64_t head_stride, int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(rows, cols, heads, batch),
+                       make_stride(row_stride, _1{}, head_stride, batch_stride));
+  };
+  const auto v_t = make_tensor(make_gmem_ptr(static_cast<const Element*>(p.v)),
+                               make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch),
+                               make_stride(_1{}, p.v_row_stride, p.v_head_stride, p.v_batch_stride));
+  FwdSm90Args<K> args{
+      p,
+      make_tma_copy(SM90_TMA_LOAD{},
+                    rows(p.q, p.seqlen_q, p.d, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                    typename K::SmemLayoutQ{}),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    rows(p.k, p.seqlen_k, p.d, heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                    take<0, 2>(typename K::SmemLayoutK{})),
+      make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
+  };
+  auto kernel = fwd_kernel_sm90<K, kScoreMods>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "sm90 forward kernel launch: ", cudaGetErrorString(err));
+}
+
+template <int kHeadDim, class Element>
+void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+  using K = FwdSm90<kHeadDim, Element>;
+  if (p.softcap > 0.f || p.alibi_slopes != nullptr) {
+    launch_sm90<K, true>(p, stream);
+  } else {
+    launch_sm90<K, false>(p, stream);
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,104 @@
+// The sm90a forward's building blocks: tile shapes, shared-memory layouts (swizzled for TMA and
+// wgmma), the two warpgroup matrix products and the TMA copy types of one instantiation.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+#include "cuda/fwd_params.h"
+#include "cuda/tile_size.h"
+
+namespace flashattn::cuda {
+
+template <int kHeadDim_, class Element_>
+struct FwdSm90 {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumerWarpgroups = FwdTileSm90<kHeadDim>::kConsumerWarpgroups;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kBlockN = FwdTileSm90<kHeadDim>::kBlockN;
+  static constexpr int kStages = FwdTileSm90<kHeadDim>::kStages;
+  static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
+  static constexpr int kDTiles = kHeadDim / 8;  // of O
+  // Registers per thread after setmaxnreg: the producer needs few, the consumers the rest of the
+  // 64K-register file (128 * 24 + 256 * 240 = 64,512).
+  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static_assert(kHeadDim % 32 == 0, "wgmma tiles need head dims in multiples of 32");
+
+  using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  using TileS = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>;
+  using TileO = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  // 128-byte swizzles where a row of the tile spans 64 elements, 64-byte ones for the head dims
+  // that are odd multiples of 32 (96, 160, 224).
+  using AtomK = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<Element>,
+                                   cute::GMMA::Layout_K_SW64_Atom<Element>>;
+  using AtomMN = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_MN_SW128_Atom<Element>,
+                                    cute::GMMA::Layout_MN_SW64_Atom<Element>>;
+  // Q and K rows with the head dim contiguous (K-major operands of S = Q K^T). V is stored the
+  // same way in memory, and P V reads it as V^T (head dim x keys) with the head dim contiguous:
+  // an MN-major B operand, laid out as such so that TMA writes what wgmma reads.
+  using SmemLayoutQ = decltype(cute::tile_to_shape(AtomK{}, TileQ{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      AtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  using SmemLayoutVt = decltype(cute::tile_to_shape(
+      AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{}));
+
+  // S = Q K^T from shared memory; O += P V with P from registers. Each consumer warpgroup owns
+  // 64 rows of the tile.
+  using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
+  using MmaS = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>>(),
+      WarpgroupLayout{}));
+  using MmaO = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpgroupLayout{}));
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch) for Q and K, and V^T as
+  // (head dim, rows, heads, batch). Strides in elements.
+  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using RowsStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using ColsStride = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+  template <class Stride>
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<const Element*>(nullptr)),
+                                                GmemShape{}, Stride{}));
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{}, SmemLayoutQ{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{},
+                                            cute::take<0, 2>(SmemLayoutK{})));
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<ColsStride>{},
+                                            cute::take<0, 2>(SmemLayoutVt{})));
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKvBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    // 128-byte swizzle patterns repeat every 1024 bytes and TMA and wgmma assume tiles start on
+    // such a boundary.
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;
+    // mbarriers: Q landed; stage s of K / V landed (full) or released by every consumer (empty).
+    uint64_t q_full;
+    uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "the sm90a forward tile exceeds shared memory");
+};
+
+// The kernel's parameters: the shared forward params and the TMA descriptors built on the host.
+template <class K>
+struct FwdSm90Args {
+  FwdParams p;
+  typename K::TmaQ tma_q;
+  typename K::TmaK tma_k;
+  typename K::TmaV tma_v;
+};
+
+}  // namespace flashattn::cuda
