@@ -133,11 +133,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   FragmentOrigin origin{m_start + warp * 16, 0, lane / 4, lane % 4, 1};
   const bool releases = tid % 128 == 0;  // one arrival per consumer warpgroup on the empty barriers
 
-  Empty::wait(&shared.q_full, 0);
+  Full::wait(&shared.q_full, 0);
   for (int i = 0; i < tiles.max - tiles.min; ++i) {
     const int n_block = tiles.max - 1 - i, stage = i % K::kStages;
     const uint32_t phase = (i / K::kStages) & 1;
-    Empty::wait(&shared.k_full[stage], phase);
+    Full::wait(&shared.k_full[stage], phase);
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     CUTE_UNROLL
     for (int e = 0; e < size(tOrP); ++e) tOrP(e) = static_cast<Element>(tSrS(e));
 
-    Empty::wait(&shared.v_full[stage], phase);
+    Full::wait(&shared.v_full[stage], phase);
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
     CUTE_UNROLL
