@@ -360,6 +360,28 @@ TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
   cudaStreamDestroy(stream);
 }
 
+// A dim of length 1 is never stepped over, so its stride may be anything: negative, or beyond
+// what a TMA tensor map encodes (2^40 bytes). The result must not change, bit for bit.
+TEST_F(GpuForwardApi, AnyStrideOnLengthOneDims) {
+  AttnCase c = shape(200, 300, 128);
+  c.batch = 1, c.heads_q = 4, c.heads_kv = 1;
+  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  AttnData data = make_attn_data(c), plain = make_attn_data(c);
+  run_fwd(plain, FLASHATTN_BACKEND_CUDA);
+  DeviceMirror mirror(data);
+  flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
+  mirror.translate(&p);
+  p.q.stride[0] = -(int64_t(1) << 20);  // batch, length 1
+  p.k.stride[0] = int64_t(1) << 41;
+  p.v.stride[0] = -(int64_t(1) << 41);
+  p.k.stride[2] = -8;  // the one kv head
+  p.v.stride[2] = int64_t(1) << 42;
+  ASSERT_EQ(flashattn_fwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+  mirror.download();
+  EXPECT_EQ(max_abs_diff(data.out, plain.out), 0.0);
+  EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0);
+}
+
 TEST_F(GpuForwardApi, HostIndexArrayIsRejectedBeforeAnyWork) {
   DeviceMirror mirror(data_);
   flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CUDA);

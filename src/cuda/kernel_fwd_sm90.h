@@ -4,7 +4,8 @@
 // consumer warpgroup is done with it). Warpgroups 1.. consume, 64 query rows each: S = Q K^T by
 // wgmma from shared memory, the online softmax of the sm80 kernel on the accumulators (same
 // per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8 group), P packed
-// to 16 bits in registers and O += P V by wgmma with P as the register operand.
+// to 16 bits in registers and O += P V by wgmma with P as the register operand; a tile's softmax
+// runs while the previous tile's O product is in flight.
 #pragma once
 
 #include <cstdint>
@@ -133,11 +134,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   FragmentOrigin origin{m_start + warp * 16, 0, lane / 4, lane % 4, 1};
   const bool releases = tid % 128 == 0;  // one arrival per consumer warpgroup on the empty barriers
 
-  Full::wait(&shared.q_full, 0);
-  for (int i = 0; i < tiles.max - tiles.min; ++i) {
-    const int n_block = tiles.max - 1 - i, stage = i % K::kStages;
-    const uint32_t phase = (i / K::kStages) & 1;
-    Full::wait(&shared.k_full[stage], phase);
+  // S = Q K^T of key tile i into tSrS, issued and committed (not waited for).
+  auto issue_s = [&](int i) {
+    const int stage = i % K::kStages;
+    Full::wait(&shared.k_full[stage], (i / K::kStages) & 1);
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -147,32 +147,71 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
+  };
+  // O += P V of key tile i, issued and committed.
+  auto issue_o = [&](int i) {
+    const int stage = i % K::kStages;
+    Full::wait(&shared.v_full[stage], (i / K::kStages) & 1);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(mma_o, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
+    warpgroup_commit_batch();
+  };
+  // The scores of key tile i (S landed) into weights; each row's O correction.
+  float correction[1][2];
+  auto softmax_tile = [&](int i) {
     warpgroup_fence_operand(tSrS);
-    if (releases) Empty::arrive(&shared.k_empty[stage]);
-
+    if (releases) Empty::arrive(&shared.k_empty[i % K::kStages]);
     // Only tiles that cross a window edge or the end of the keys pay for the per-element mask.
-    origin.col0 = n_block * K::kBlockN;
+    origin.col0 = (tiles.max - 1 - i) * K::kBlockN;
     const int q_last = m_start + K::kBlockM - 1;
     const bool need_mask = origin.col0 + K::kBlockN > p.seqlen_k ||
                            (p.window_left >= 0 && origin.col0 < mod.first_key(q_last)) ||
                            (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
     if (!plain_scores) apply_score_mods(s, mod, origin);
     if (need_mask) apply_mask(s, mod, origin);
-    softmax.update(s, acc_o, [](float&, float&, int, int, int) {});
-    // The accumulator's register order is the A operand's: convert in place, element by element.
+    softmax.update_scores(s, correction, [](float&, float&, int, int, int) {});
+  };
+  // P of the last softmax into the O product's register operand: the accumulator's register order
+  // is the A operand's, so element by element.
+  auto convert_p = [&] {
     CUTE_UNROLL
     for (int e = 0; e < size(tOrP); ++e) tOrP(e) = static_cast<Element>(tSrS(e));
+    warpgroup_fence_operand(tOrP);
+  };
 
-    Full::wait(&shared.v_full[stage], phase);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(mma_o, tOrP(_, _, kb), tOrV(_, _, kb, stage), tOrO);
-    warpgroup_commit_batch();
+  // Key tiles from the last to the first. Tile i's S = Q K^T runs on the tensor cores while this
+  // warpgroup waits for nothing but it; from the second tile on, the next tile's S and this tile's
+  // O += P V are in flight together, and the softmax of the next tile overlaps the O product.
+  Full::wait(&shared.q_full, 0);
+  const int n_tiles = tiles.max - tiles.min;
+  if (n_tiles > 0) {
+    issue_s(0);
+    warpgroup_wait<0>();
+    softmax_tile(0);
+    convert_p();
+  }
+  for (int i = 1; i < n_tiles; ++i) {
+    issue_s(i);
+    issue_o(i - 1);
+    // S of tile i; O += P V of tile i - 1 may still run, reading tOrP. The score modifiers' extra
+    // registers do not fit beside a live P at d 128 (20 bytes of spills): that instantiation
+    // waits for both products before its softmax.
+    warpgroup_wait<kScoreMods ? 0 : 1>();
+    softmax_tile(i);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    if (releases) Empty::arrive(&shared.v_empty[stage]);
+    if (releases) Empty::arrive(&shared.v_empty[(i - 1) % K::kStages]);
+    OnlineSoftmax<1>::rescale(acc_o, correction);  // O holds tiles < i, at the old max
+    convert_p();
+  }
+  if (n_tiles > 0) {
+    issue_o(n_tiles - 1);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    if (releases) Empty::arrive(&shared.v_empty[(n_tiles - 1) % K::kStages]);
   }
 
   // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf), 4-byte stores.
@@ -197,6 +236,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
           softmax.lse(0, half, sum);
     }
   }
+#else
+  __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing
 #endif
 }
 

@@ -40,16 +40,30 @@ double wave_fill(int64_t ctas, int64_t slots) {
   return double(ctas) / double(waves * slots);
 }
 
+// Whether TMA can address a dense [batch, rows, heads, d] tensor: every dim longer than 1 needs a
+// positive stride below 2^40 bytes (the tensor map's limit). Dims of length 1 are never stepped
+// over; the launcher gives them a valid stride whatever the caller's.
+bool tma_addressable(const View& t) {
+  constexpr int64_t kMaxStrideBytes = int64_t(1) << 40;
+  const int64_t element = int64_t(flashattn_dtype_size(t.dtype));
+  for (int dim = 0; dim + 1 < t.rank; ++dim) {
+    if (t.shape[dim] > 1 && (t.stride[dim] <= 0 || t.stride[dim] >= kMaxStrideBytes / element)) return false;
+  }
+  return true;
+}
+
 // Whether the Hopper kernel can take a call the sm80 plan serves with plain tiles: dense q / k / v
-// (no KV cache, append, varlen or paging), no dropout, d_v == d, keys present, on a compute
-// capability 9.0 device, unless the caller asked for the sm80 kernels. Decoding-shaped calls
-// (packed GQA heads, split keys, the few-rows tile) stay on the sm80 plan, which is built for them.
+// (no KV cache, append, varlen or paging) that TMA can address, no dropout, d_v == d, keys
+// present, on a compute capability 9.0 device, unless the caller asked for the sm80 kernels.
+// Decoding-shaped calls (packed GQA heads, split keys, the few-rows tile) stay on the sm80 plan,
+// which is built for them.
 bool sm90_serves(const AttnProblem& p, const FwdPlan& sm80_plan) {
   if (p.exec.backend == FLASHATTN_BACKEND_CUDA_SM80) return false;
   if (p.varlen_q || p.kv_layout != KvLayout::Dense || p.cache_seqlens.present() || p.has_append() ||
       p.opts.dropout_p > 0.f || p.d != p.d_v || p.seqlen_k == 0) {
     return false;
   }
+  if (!tma_addressable(p.q) || !tma_addressable(p.k) || !tma_addressable(p.v)) return false;
   if (sm80_plan.pack > 1 || sm80_plan.splits > 1 || sm80_plan.few_rows) return false;
   return device_attribute(cudaDevAttrComputeCapabilityMajor, p.exec.device, "compute capability") == 9 &&
          device_attribute(cudaDevAttrComputeCapabilityMinor, p.exec.device, "compute capability") == 0;

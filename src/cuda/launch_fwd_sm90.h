@@ -16,21 +16,27 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   using Element = typename K::Element;
   const int heads_kv = p.heads_q / p.group;
-  auto rows = [](const void* data, int rows, int cols, int heads, int batch, int64_t row_stride,
-                 int64_t head_stride, int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(rows, cols, heads, batch),
-                       make_stride(row_stride, _1{}, head_stride, batch_stride));
+  // A dim of length 1 is never stepped over, and the caller may give it any stride (launch_fwd.cu
+  // checked the others): the tensor map gets one 16-byte step there instead.
+  constexpr int64_t kUnitStride = 16 / sizeof(Element);
+  auto stride_of = [](int extent, int64_t stride) { return extent > 1 ? stride : kUnitStride; };
+  auto rows = [&](const void* data, int rows, int cols, int heads, int64_t row_stride, int64_t head_stride,
+                  int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(rows, cols, heads, p.batch),
+                       make_stride(stride_of(rows, row_stride), _1{}, stride_of(heads, head_stride),
+                                   stride_of(p.batch, batch_stride)));
   };
   const auto v_t = make_tensor(make_gmem_ptr(static_cast<const Element*>(p.v)),
                                make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch),
-                               make_stride(_1{}, p.v_row_stride, p.v_head_stride, p.v_batch_stride));
+                               make_stride(_1{}, stride_of(p.seqlen_k, p.v_row_stride),
+                                           stride_of(heads_kv, p.v_head_stride), stride_of(p.batch, p.v_batch_stride)));
   FwdSm90Args<K> args{
       p,
       make_tma_copy(SM90_TMA_LOAD{},
-                    rows(p.q, p.seqlen_q, p.d, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                    rows(p.q, p.seqlen_q, p.d, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                     typename K::SmemLayoutQ{}),
       make_tma_copy(SM90_TMA_LOAD{},
-                    rows(p.k, p.seqlen_k, p.d, heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                    rows(p.k, p.seqlen_k, p.d, heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
   };

@@ -29,6 +29,8 @@ struct FwdSm90 {
   // Registers per thread after setmaxnreg: the producer needs few, the consumers the rest of the
   // 64K-register file (128 * 24 + 256 * 240 = 64,512).
   static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
+                "setmaxnreg must stay within the register file");
   static_assert(kHeadDim % 32 == 0, "wgmma tiles need head dims in multiples of 32");
 
   using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
@@ -42,12 +44,15 @@ struct FwdSm90 {
                                     cute::GMMA::Layout_MN_SW64_Atom<Element>>;
   // Q and K rows with the head dim contiguous (K-major operands of S = Q K^T). V is stored the
   // same way in memory, and P V reads it as V^T (head dim x keys) with the head dim contiguous:
-  // an MN-major B operand, laid out as such so that TMA writes what wgmma reads.
+  // an MN-major B operand, laid out as such so that TMA writes what wgmma reads. Its swizzle atoms
+  // (64 head-dim columns x 8 keys) repeat along the keys first, so that one TMA box spans a whole
+  // key tile (2 copies per tile at d 128 instead of 32 boxes of 8 keys).
   using SmemLayoutQ = decltype(cute::tile_to_shape(AtomK{}, TileQ{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       AtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{}));
+      AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+      cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
   // S = Q K^T from shared memory; O += P V with P from registers. Each consumer warpgroup owns
   // 64 rows of the tile.

@@ -89,6 +89,17 @@ struct OnlineSoftmax {
   template <int kNTiles, int kDTiles, class AfterSum>
   __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
                                          AfterSum after_sum) {
+    float correction[kM][2];
+    update_scores(s, correction, after_sum);
+    rescale(acc_o, correction);
+  }
+
+  // update() in two steps, for a kernel whose O accumulators are still being written when the
+  // next tile's scores arrive (the sm90a forward): the weights, the running max and sum and each
+  // row's correction first, the O rescale once O is free.
+  template <int kNTiles, class AfterSum>
+  __device__ __forceinline__ void update_scores(float (&s)[kM][kNTiles][4], float (&correction)[kM][2],
+                                                AfterSum after_sum) {
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
@@ -101,14 +112,9 @@ struct OnlineSoftmax {
         const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
         const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
-        const float correction = fast_exp2(row_max[mt][half] * score_scale - base);
+        correction[mt][half] = fast_exp2(row_max[mt][half] * score_scale - base);
         row_max[mt][half] = new_max;
-        row_sum[mt][half] *= correction;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          acc_o[mt][dt][2 * half] *= correction;
-          acc_o[mt][dt][2 * half + 1] *= correction;
-        }
+        row_sum[mt][half] *= correction[mt][half];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           float& x0 = s[mt][nt][2 * half];
@@ -120,6 +126,19 @@ struct OnlineSoftmax {
         }
       }
     }
+  }
+
+  template <int kDTiles>
+  __device__ __forceinline__ static void rescale(float (&acc_o)[kM][kDTiles][4], const float (&correction)[kM][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        acc_o[mt][dt][0] *= correction[mt][0];
+        acc_o[mt][dt][1] *= correction[mt][0];
+        acc_o[mt][dt][2] *= correction[mt][1];
+        acc_o[mt][dt][3] *= correction[mt][1];
+      }
   }
 
   // The full row sum (0 for a row with no kept key) and its lse (-inf then).
