@@ -4,7 +4,9 @@
 # lines are one short table.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
-#                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--no-peers] [--profile D,SEQLEN]
+#                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
+#                        [--profile D,SEQLEN]
+# --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --profile: Nsight Compute (full set, per-instruction stall samples) of our forward and backward
 # kernels and of PyTorch's FlashAttention-2 ones at one non-causal bf16 point of the standard grid.
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 peers=1 profile=""
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
     --bench-bwd) bench_bwd=1; shift ;;
+    --bench-sm80) bench_sm80=1; shift ;;
     --no-peers) peers=0; shift ;;
     --profile) profile="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
@@ -73,9 +76,11 @@ if [ $run_bench = 1 ]; then
   [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
   timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
     > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
-  # The sm80 forward beside it (on a Hopper GPU the cuda backend's forward is the sm90a kernel).
-  timeout 200 build-gpu/tools/flashattn/flashattn bench --backend cuda-sm80 --csv --fwd-only \
-    > "$out/bench-sm80.csv" 2> "$out/bench-sm80.err" || tail -5 "$out/bench-sm80.err"
+  : > "$out/bench-sm80.csv"
+  if [ $bench_sm80 = 1 ]; then
+    timeout 200 build-gpu/tools/flashattn/flashattn bench --backend cuda-sm80 --csv --fwd-only \
+      > "$out/bench-sm80.csv" 2> "$out/bench-sm80.err" || tail -5 "$out/bench-sm80.err"
+  fi
   : > "$out/bench-torch.csv"
   if [ $peers = 1 ]; then
     timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||

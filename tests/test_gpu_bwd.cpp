@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn_case.h"
@@ -137,6 +138,60 @@ TEST(GpuBackwardDeterminism, FiftyRunsBitwiseEqual) {
     ASSERT_EQ(max_abs_diff(first.dq, again.dq), 0.0) << "run " << run;
     ASSERT_EQ(max_abs_diff(first.dk, again.dk), 0.0) << "run " << run;
     ASSERT_EQ(max_abs_diff(first.dv, again.dv), 0.0) << "run " << run;
+  }
+}
+
+// Offsets past 2^31 elements: k, v, dk and dv with their rows 2^22 elements apart, so that each
+// spans more than 2^31 elements (600 rows), the other tensors compact. The gradients must be those
+// of the compact problem: bitwise with the deterministic flag; by default dk and dv bitwise (summed
+// without atomics) and dq under the reference rule (its atomics' order varies).
+TEST(GpuBackwardLarge, KeyRowsBeyondInt32Elements) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(300, 600, 64);
+  c.batch = 1, c.heads_q = 2, c.heads_kv = 1, c.causal = true;
+  if (!kernel_built(c, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  const int64_t row_stride = int64_t(1) << 22;
+  const size_t elem = flashattn_dtype_size(c.dtype);
+  const size_t bytes = size_t(c.seqlen_k * row_stride) * elem;
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (free_bytes < 4 * bytes + (size_t(1) << 30)) GTEST_SKIP() << "needs 4 x " << bytes << " bytes of device memory";
+  AttnData data = make_attn_data(c);
+  run_fwd(data, FLASHATTN_BACKEND_CUDA);
+  data.prepare_backward();
+  for (bool deterministic : {true, false}) {
+    AttnData compact = data, wide = data;
+    run_bwd(compact, FLASHATTN_BACKEND_CUDA, deterministic);
+    DeviceMirror mirror(wide);
+    flashattn_bwd_params p = wide.bwd_params(FLASHATTN_BACKEND_CUDA, deterministic);
+    mirror.translate(&p);
+    DeviceAllocation k(bytes), v(bytes), dk(bytes), dv(bytes);
+    // Row i of the host buffer's compact layout to row i * row_stride of the wide device tensor.
+    auto widen = [&](flashattn_tensor& t, void* device, const Buffer& host) {
+      ASSERT_EQ(cudaMemcpy2D(device, row_stride * elem, host.tensor().data, host.tensor().stride[1] * elem,
+                             c.d * elem, c.seqlen_k, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      t.data = device;
+      t.stride[0] = c.seqlen_k * row_stride, t.stride[1] = row_stride;
+    };
+    widen(p.k, k.get(), wide.k);
+    widen(p.v, v.get(), wide.v);
+    widen(p.dk, dk.get(), wide.dk);  // NaN: the kernels must write every element
+    widen(p.dv, dv.get(), wide.dv);
+    ASSERT_EQ(flashattn_bwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+    mirror.download();
+    for (auto [host, device] : {std::pair{&wide.dk, dk.get()}, std::pair{&wide.dv, dv.get()}}) {
+      ASSERT_EQ(cudaMemcpy2D(host->tensor().data, host->tensor().stride[1] * elem, device, row_stride * elem,
+                             c.d * elem, c.seqlen_k, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    EXPECT_EQ(max_abs_diff(wide.dk, compact.dk), 0.0) << "deterministic " << deterministic;
+    EXPECT_EQ(max_abs_diff(wide.dv, compact.dv), 0.0) << "deterministic " << deterministic;
+    if (deterministic) {
+      EXPECT_EQ(max_abs_diff(wide.dq, compact.dq), 0.0);
+    } else {
+      expect_pass(check_bwd_result(data, wide), c);
+    }
   }
 }
 

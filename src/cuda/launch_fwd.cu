@@ -22,7 +22,8 @@ constexpr int kMaxAutoSplits = 64;
 // Of the split counts whose last wave of CTAs is nearly as full as the best one's, the smallest
 // wins: each split adds partials to write and merge.
 constexpr double kWaveFillSlack = 0.85;
-// How one forward call runs: packed GQA rows, the number of key splits and their workspace.
+// How one forward call runs: the kernel family, packed GQA rows, the number of key splits and
+// their workspace.
 struct FwdPlan {
   bool sm90 = false;   // the Hopper kernel (launch_fwd_sm90.h) instead of the sm80 ones
   int pack = 1;        // query heads per tile row group (1: off)
