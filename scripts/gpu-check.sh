@@ -8,8 +8,9 @@
 #                        [--profile D,SEQLEN]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
-# --profile: Nsight Compute (full set, per-instruction stall samples) of our forward and backward
-# kernels and of PyTorch's FlashAttention-2 ones at one non-causal bf16 point of the standard grid.
+# --profile: Nsight Compute (full set, per-instruction stall samples) of our forward (the cuda
+# backend's: sm90a on a Hopper GPU) and backward kernels and of PyTorch's FlashAttention-2 ones at
+# one non-causal bf16 point of the standard grid.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
 # a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
@@ -111,7 +112,7 @@ q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.b
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     o = F.scaled_dot_product_attention(q, k, v)
     o.backward(torch.randn_like(o))"
-  profile_kernel ours-fwd "fwd_kernel_sm80" "${ours[@]}"
+  profile_kernel ours-fwd "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
   profile_kernel ours-bwd "bwd_dkdv_kernel_sm80" "${ours[@]}"
   profile_kernel fa2-fwd "flash_fwd_kernel" python3 -c "$torch_step"
   profile_kernel fa2-bwd "flash_bwd_dq_dk_dv" python3 -c "$torch_step"
