@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the device machine: configure and build (all cores), run the GPU tests, the
-# compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch; the last
-# lines are one short table.
+# compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch (its table),
+# then the sm90a forward's SASS check (HGMMA count, spills); the last lines are a summary. Writes
+# logs.tar.gz and kernels-sm90a.sass.gz to $OUT.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]

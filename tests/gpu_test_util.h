@@ -29,8 +29,9 @@ inline bool kernel_built(const AttnCase& c, bool backward) {
   return false;
 }
 
-// Whether the CUDA backend has faster kernels than its sm80 ones for the current device (the sm90a
-// forward on a compute capability 9.0 GPU), so that FLASHATTN_BACKEND_CUDA_SM80 tests other code.
+// Whether the CUDA backend may have faster kernels than its sm80 ones for the current device (the
+// sm90a forward on a compute capability 9.0 GPU), so that FLASHATTN_BACKEND_CUDA_SM80 tests other
+// code. (A build for plain sm_90 reports 90 too: its two backends then run the same kernels.)
 inline bool device_has_sm90_kernels() {
   flashattn_capabilities caps{};
   caps.struct_size = sizeof caps;

@@ -79,7 +79,8 @@ typedef enum flashattn_backend {
   FLASHATTN_BACKEND_AUTO = 0,          /* CUDA if q is device memory and CUDA is built in, else CPU */
   FLASHATTN_BACKEND_CPU = 1,           /* tiled online-softmax, multi-threaded, f32 accumulation */
   FLASHATTN_BACKEND_CPU_REFERENCE = 2, /* naive, f64 accumulation: the reference of every test */
-  FLASHATTN_BACKEND_CUDA = 3,          /* the fastest kernels of the device: sm90a on Hopper, else sm80 */
+  FLASHATTN_BACKEND_CUDA = 3,          /* the device's fastest kernels: the sm90a forward on compute
+                                        * capability 9.0 where it serves the call, sm80 otherwise */
   /* The naive backend with the roundings of an unfused low-precision implementation (scores,
    * probabilities, gradients and outputs rounded to the input dtype, as a framework computing
    * attention in f16/bf16 does). Slow; its error against CPU_REFERENCE is the baseline of the
@@ -193,9 +194,9 @@ typedef struct flashattn_capabilities {
   size_t struct_size;            /* set by the caller to sizeof(flashattn_capabilities) */
   int32_t version_major, version_minor, version_patch;
   uint32_t backends;             /* bit (1u << flashattn_backend) for each backend built in */
-  int32_t num_cuda_archs;        /* compute capabilities compiled in, e.g. 80, 90 */
+  int32_t num_cuda_archs;        /* compute capabilities compiled in, e.g. 80, 90 (90a reports 90) */
   int32_t cuda_archs[FLASHATTN_MAX_LIST];
-  int32_t num_head_dims;         /* head dims with CUDA kernels instantiated */
+  int32_t num_head_dims;         /* head dims the CUDA kernels serve (the build's FLASHATTN_HEAD_DIMS) */
   int32_t head_dims[FLASHATTN_MAX_LIST];
   uint32_t cuda_dtypes;          /* bit (1u << flashattn_dtype) for each CUDA kernel dtype */
   int32_t cuda_backward;         /* nonzero if CUDA backward kernels are built */

@@ -5,7 +5,8 @@
 // wgmma from shared memory, the online softmax of the sm80 kernel on the accumulators (same
 // per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8 group), P packed
 // to 16 bits in registers and O += P V by wgmma with P as the register operand; a tile's softmax
-// runs while the previous tile's O product is in flight.
+// runs while the previous tile's O product is in flight (the softcap / ALiBi instantiation waits
+// for both products first).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
 // q, k and v (v as V^T: head dim x keys) and launches one CTA per (query tile, head, sequence).
 // The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
-// launch_fwd.cu decides when this path serves a call (fwd_sm90_serves).
+// launch_fwd.cu decides when this path serves a call (sm90_serves).
 #pragma once
 
 #include <cuda_runtime_api.h>

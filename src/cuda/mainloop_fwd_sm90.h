@@ -37,7 +37,7 @@ struct FwdSm90 {
   using TileS = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>;
   using TileO = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
   // 128-byte swizzles where a row of the tile spans 64 elements, 64-byte ones for the head dims
-  // that are odd multiples of 32 (96, 160, 224).
+  // that are odd multiples of 32 (96 among the instantiated ones).
   using AtomK = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<Element>,
                                    cute::GMMA::Layout_K_SW64_Atom<Element>>;
   using AtomMN = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_MN_SW128_Atom<Element>,
