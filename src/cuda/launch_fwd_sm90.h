@@ -20,10 +20,10 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   // checked the others): the tensor map gets one 16-byte step there instead.
   constexpr int64_t kUnitStride = 16 / sizeof(Element);
   auto stride_of = [](int extent, int64_t stride) { return extent > 1 ? stride : kUnitStride; };
-  auto rows = [&](const void* data, int rows, int cols, int heads, int64_t row_stride, int64_t head_stride,
+  auto rows = [&](const void* data, int count, int cols, int heads, int64_t row_stride, int64_t head_stride,
                   int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(rows, cols, heads, p.batch),
-                       make_stride(stride_of(rows, row_stride), _1{}, stride_of(heads, head_stride),
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(count, cols, heads, p.batch),
+                       make_stride(stride_of(count, row_stride), _1{}, stride_of(heads, head_stride),
                                    stride_of(p.batch, batch_stride)));
   };
   const auto v_t = make_tensor(make_gmem_ptr(static_cast<const Element*>(p.v)),

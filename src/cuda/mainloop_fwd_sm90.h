@@ -45,8 +45,8 @@ struct FwdSm90 {
   // Q and K rows with the head dim contiguous (K-major operands of S = Q K^T). V is stored the
   // same way in memory, and P V reads it as V^T (head dim x keys) with the head dim contiguous:
   // an MN-major B operand, laid out as such so that TMA writes what wgmma reads. Its swizzle atoms
-  // (64 head-dim columns x 8 keys) repeat along the keys first, so that one TMA box spans a whole
-  // key tile (2 copies per tile at d 128 instead of 32 boxes of 8 keys).
+  // (64 head-dim columns, 32 with the 64-byte swizzle, x 8 keys) repeat along the keys first, so
+  // that one TMA box spans a whole key tile (2 copies per tile at d 128 instead of 32 of 8 keys).
   using SmemLayoutQ = decltype(cute::tile_to_shape(AtomK{}, TileQ{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       AtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
