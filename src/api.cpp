@@ -173,6 +173,7 @@ flashattn_status flashattn_get_capabilities(flashattn_capabilities* caps) {
     }
     caps->cuda_dtypes = kBuiltCudaDtypes;
     caps->cuda_backward = kBuiltCudaBackward;
+    caps->cuda_hopper_forward = kBuiltSm90Forward;
     caps->cuda_device_count = flashattn::cuda::device_count();
 #endif
   });

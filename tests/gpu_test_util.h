@@ -29,16 +29,13 @@ inline bool kernel_built(const AttnCase& c, bool backward) {
   return false;
 }
 
-// Whether the CUDA backend may have faster kernels than its sm80 ones for the current device (the
+// Whether the CUDA backend has faster kernels than its sm80 ones for the current device (the
 // sm90a forward on a compute capability 9.0 GPU), so that FLASHATTN_BACKEND_CUDA_SM80 tests other
-// code. (A build for plain sm_90 reports 90 too: its two backends then run the same kernels.)
+// code.
 inline bool device_has_sm90_kernels() {
   flashattn_capabilities caps{};
   caps.struct_size = sizeof caps;
-  if (flashattn_get_capabilities(&caps) != FLASHATTN_SUCCESS) return false;
-  if (std::find(caps.cuda_archs, caps.cuda_archs + caps.num_cuda_archs, 90) == caps.cuda_archs + caps.num_cuda_archs) {
-    return false;
-  }
+  if (flashattn_get_capabilities(&caps) != FLASHATTN_SUCCESS || !caps.cuda_hopper_forward) return false;
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);

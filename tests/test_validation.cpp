@@ -1162,6 +1162,12 @@ TEST(validation_capabilities, ReportTheCpuBackendsAndTheVersion) {
   EXPECT_LE(caps.num_cuda_archs, FLASHATTN_MAX_LIST);
   EXPECT_LE(caps.num_head_dims, FLASHATTN_MAX_LIST);
   EXPECT_GE(caps.cuda_device_count, 0);
+  // The Hopper forward needs the CUDA backend and its sm_90a target (reported as 90).
+  if (caps.cuda_hopper_forward) {
+    EXPECT_TRUE(caps.backends & (1u << FLASHATTN_BACKEND_CUDA));
+    EXPECT_NE(std::find(caps.cuda_archs, caps.cuda_archs + caps.num_cuda_archs, 90),
+              caps.cuda_archs + caps.num_cuda_archs);
+  }
 }
 
 TEST(validation_capabilities, RejectNullAndSmallStruct) {

@@ -201,6 +201,8 @@ typedef struct flashattn_capabilities {
   uint32_t cuda_dtypes;          /* bit (1u << flashattn_dtype) for each CUDA kernel dtype */
   int32_t cuda_backward;         /* nonzero if CUDA backward kernels are built */
   int32_t cuda_device_count;     /* devices visible now (0 without CUDA or without a GPU) */
+  int32_t cuda_hopper_forward;   /* nonzero if the sm90a forward is built (used on compute
+                                  * capability 9.0 GPUs; needs 90a in FLASHATTN_CUDA_ARCHS) */
 } flashattn_capabilities;
 
 FLASHATTN_API flashattn_status flashattn_get_capabilities(flashattn_capabilities* caps);

@@ -60,6 +60,7 @@ int info_command(int argc, char** argv) {
   std::printf("  %-24s %s\n", "CUDA kernel head dims", or_none(dims, no_cuda).c_str());
   std::printf("  %-24s %s\n", "CUDA kernel dtypes", or_none(dtypes, no_cuda).c_str());
   std::printf("  %-24s %s\n", "CUDA backward", caps.cuda_backward ? "yes" : "no");
+  std::printf("  %-24s %s\n", "CUDA Hopper forward", caps.cuda_hopper_forward ? "yes (sm90a)" : "no");
   std::printf("  %-24s %d\n", "CUDA devices visible", caps.cuda_device_count);
   std::printf("  %-24s %d\n", "CPU threads available", hardware_threads());
   std::printf("  %-24s %s\n", "flashattn run picks",
