@@ -51,15 +51,19 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
 // O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q
 // and kStages K and V tiles (at most 227 KB).
+// Every entry: two consumer warpgroups (128 query rows) and two K / V stages, so that the next
+// tile's K and V land while this one's products run.
 template <int kHeadDim>
-struct FwdTileSm90 {
-  static constexpr int kConsumerWarpgroups = 2;
-  // Up to d 128, 128-key tiles: S 64 + O 64 floats, 160 KB of shared memory at d 128. Above,
-  // O alone is up to 128 floats and Q 64 KB, so 64-key tiles (192 KB at d 256).
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
-  // Two stages: the next tile's K and V land while this one's products run.
-  static constexpr int kStages = 2;
-};
+struct FwdTileSm90;
+// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. (FlashAttention-3
+// takes 192 rows with three consumer warpgroups here: to try.)
+template <> struct FwdTileSm90<64> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
+// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB.
+template <> struct FwdTileSm90<96> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
+template <> struct FwdTileSm90<128> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
+// d 256: O alone is 128 floats per thread and Q 64 KB, so 64-key tiles: 192 KB. (80-key tiles
+// would fill 224 KB: to try.)
+template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 64, kStages = 2; };
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
