@@ -10,7 +10,6 @@
 
 #include <type_traits>
 
-#include "core/error.h"
 #include "cuda/bwd_rows_sm80.h"
 #include "cuda/kernel_bwd_dkdv_sm80.h"
 #include "cuda/kernel_bwd_dq_sm80.h"
@@ -22,12 +21,7 @@ template <class Kernel>
 void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const BwdParams& p,
                        cudaStream_t stream, const char* what) {
   if (grid.x == 0) return;  // no query (key) rows: nothing for this pass to write
-  // Tiles above 48 KB of shared memory must be opted into, per kernel.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
-  kernel<<<grid, threads, smem_bytes, stream>>>(p);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+  launch_tiled_kernel(kernel, grid, threads, smem_bytes, p, stream, what);
 }
 
 template <bool kScoreMods, int kHeadDim, class Element>

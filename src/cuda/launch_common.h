@@ -1,6 +1,6 @@
-// What the CUDA entry points (launch_fwd.cu, launch_bwd.cu) share: the checks of what the kernels
-// support, the kernel params filled from a validated problem, the device guard and the scratch
-// memory of a call.
+// What the CUDA entry points (launch_fwd.cu, launch_bwd.cu) and launchers share: the checks of
+// what the kernels support, the kernel params filled from a validated problem, the launch of a
+// tiled kernel, the device guard and the scratch memory of a call. (Compiled by nvcc only.)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/problem.h"
 #include "cuda/fwd_params.h"
 
@@ -32,6 +33,18 @@ inline size_t align_workspace(size_t bytes) { return (bytes + kWorkspaceAlign - 
 // An attribute of `device` (-1: the current device); a failed query is a FLASHATTN_CUDA_ERROR
 // naming `what`.
 int device_attribute(cudaDeviceAttr attribute, int device, const char* what);
+
+// Launches a tiled kernel with smem_bytes of dynamic shared memory (tiles above 48 KB must be
+// opted into, per kernel); a refused opt-in or launch is a FLASHATTN_CUDA_ERROR naming `what`.
+template <class Kernel, class Args>
+void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const Args& args,
+                         cudaStream_t stream, const char* what) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  kernel<<<grid, threads, smem_bytes, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+}
 
 // Makes exec.device current for the call and restores the caller's device afterwards.
 class DeviceGuard {

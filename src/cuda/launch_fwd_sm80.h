@@ -6,20 +6,15 @@
 
 #include "core/error.h"
 #include "cuda/kernel_fwd_sm80.h"
+#include "cuda/launch_common.h"
 
 namespace flashattn::cuda {
 
 template <class K, bool kScoreMods>
 void launch(const FwdParams& p, cudaStream_t stream) {
-  auto kernel = fwd_kernel_sm80<K, kScoreMods>;
-  // Tiles above 48 KB of shared memory must be opted into, per kernel.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         K::kSmemBytes);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
-  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM * p.num_splits, p.heads_q, p.batch);
-  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(p);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward kernel launch: ", cudaGetErrorString(err));
+  const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM * p.num_splits, p.heads_q, p.batch);
+  launch_tiled_kernel(fwd_kernel_sm80<K, kScoreMods>, grid, K::kThreads, K::kSmemBytes, p, stream,
+                      "forward kernel");
 }
 
 template <int kHeadDim, class Element>

@@ -6,8 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
 #include "cuda/kernel_fwd_sm90.h"
+#include "cuda/launch_common.h"
 
 namespace flashattn::cuda {
 
@@ -40,13 +40,9 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
   };
-  auto kernel = fwd_kernel_sm90<K, kScoreMods>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
-  dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
-  kernel<<<grid, K::kThreads, K::kSmemBytes, stream>>>(args);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "sm90 forward kernel launch: ", cudaGetErrorString(err));
+  const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods>, grid, K::kThreads, K::kSmemBytes, args, stream,
+                      "sm90 forward kernel");
 }
 
 template <int kHeadDim, class Element>
