@@ -6,7 +6,9 @@
 // per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8 group), P packed
 // to 16 bits in registers and O += P V by wgmma with P as the register operand; a tile's softmax
 // runs while the previous tile's O product is in flight (the softcap / ALiBi instantiation waits
-// for both products first).
+// for both products first). Two consumer warpgroups take turns at the tensor cores (ping-pong):
+// each issues its products only after the other has issued its own, so that one warpgroup's
+// softmax runs while the other's products occupy the tensor cores.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     copy(args.tma_v.with(shared.v_full[stage]), tVg(_, n_block), tVs(_, stage));
   }
 }
+
+// The first of the two named barriers (ids after CUTLASS's reserved ones) that order the consumer
+// warpgroups' turns at the tensor cores.
+constexpr uint32_t kTurnBarrier = 0;
 
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
 template <class K, bool kScoreMods>
@@ -173,7 +179,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
                            (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
     if (!plain_scores) apply_score_mods(s, mod, origin);
     if (need_mask) apply_mask(s, mod, origin);
-    softmax.update_scores(s, correction, [](float&, float&, int, int, int) {});
+    softmax.update_scores(
+        s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
   };
   // P of the last softmax into the O product's register operand: the accumulator's register order
   // is the A operand's, so element by element.
@@ -183,20 +190,40 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     warpgroup_fence_operand(tOrP);
   };
 
+  // Turns at the tensor cores: warpgroup w waits on barrier w for the other warpgroup's arrival
+  // (its products issued), issues its own and arrives on the other's barrier. Both warpgroups
+  // take n_tiles + 1 turns; warpgroup 1 opens the first turn for warpgroup 0 and leaves out its
+  // last arrival, so that every arrival is matched by a wait.
+  const int n_tiles = tiles.max - tiles.min;
+  const int wg = tid / 128;
+  constexpr bool kPingPong = K::kConsumerWarpgroups == 2;
+  auto turn_begin = [&] {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + wg);
+  };
+  auto turn_end = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && wg == 1)) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + 1 - wg);
+    }
+  };
+  if (kPingPong && wg == 1 && n_tiles > 0) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);
+
   // Key tiles from the last to the first. Tile i's S = Q K^T runs on the tensor cores while this
   // warpgroup waits for nothing but it; from the second tile on, the next tile's S and this tile's
   // O += P V are in flight together, and the softmax of the next tile overlaps the O product.
   Full::wait(&shared.q_full, 0);
-  const int n_tiles = tiles.max - tiles.min;
   if (n_tiles > 0) {
+    turn_begin();
     issue_s(0);
+    turn_end(false);
     warpgroup_wait<0>();
     softmax_tile(0);
     convert_p();
   }
   for (int i = 1; i < n_tiles; ++i) {
+    turn_begin();
     issue_s(i);
     issue_o(i - 1);
+    turn_end(false);
     // S of tile i; O += P V of tile i - 1 may still run, reading tOrP. The score modifiers' extra
     // registers do not fit beside a live P at d 128 (20 bytes of spills): that instantiation
     // waits for both products before its softmax.
@@ -209,7 +236,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     convert_p();
   }
   if (n_tiles > 0) {
+    turn_begin();
     issue_o(n_tiles - 1);
+    turn_end(true);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     if (releases) Empty::arrive(&shared.v_empty[(n_tiles - 1) % K::kStages]);
