@@ -26,11 +26,15 @@ struct FwdSm90 {
   static constexpr int kStages = FwdTileSm90<kHeadDim>::kStages;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O
-  // Registers per thread after setmaxnreg: the producer needs few, the consumers the rest of the
-  // 64K-register file (128 * 24 + 256 * 240 = 64,512).
+  // Registers per thread after setmaxnreg: the producer needs few, the consumers the rest. The
+  // CTA's pool is what it was launched with: the kernel's register count, which
+  // __launch_bounds__(kThreads, 1) caps at 65536 / kThreads rounded down to a multiple of 8 (168
+  // for 384 threads: 64,512 = 128 * 24 + 256 * 240). A budget above the pool makes the consumers'
+  // setmaxnreg.inc wait forever (seen on the GPU with 32 for the producer).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
-                "setmaxnreg must stay within the register file");
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= kLaunchRegisters * kThreads,
+                "setmaxnreg must stay within the registers the CTA was launched with");
   static_assert(kHeadDim % 32 == 0, "wgmma tiles need head dims in multiples of 32");
 
   using TileQ = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
