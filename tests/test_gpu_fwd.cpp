@@ -202,9 +202,9 @@ TEST(GpuForwardLarge, PagedCacheBeyondInt32Elements) {
   expect_pass(check_fwd(data, FLASHATTN_BACKEND_CUDA), c);
 }
 
-// The same inputs give bitwise the same outputs, run after run.
-// Both plans of this shape: the automatic one splits the keys (its 128 tiles leave SMs idle) and
-// runs the sm80 kernels and the merge; unsplit it runs the sm90a kernel on an H100 / H200.
+// The same inputs give bitwise the same outputs, run after run, on both plans of this shape: the
+// automatic one splits the keys (its 128 tiles leave SMs idle) and runs the sm80 kernels and the
+// merge; unsplit it runs the sm90a kernel on an H100 / H200.
 TEST(GpuForwardDeterminism, HundredRunsBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   for (int splits : {0, 1}) {
