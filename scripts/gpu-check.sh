@@ -38,6 +38,10 @@ done
 out=/tmp/gpu-check-logs
 rm -rf "$out"; mkdir -p "$out"
 summary=()
+t0=$(date +%s)
+# A summary line, printed at once too (with the seconds since the start), so that a call stopped
+# by its time limit still shows how far it got.
+note() { summary+=("$1"); echo "[$(( $(date +%s) - t0 )) s] $1"; }
 pack_logs() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tar.gz" -C "$out" . ; }
 trap pack_logs EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
@@ -49,14 +53,14 @@ cmake -S . -B build-gpu -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BE
   -DCUTLASS_DIR="$PWD/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$dims" \
   -DFLASHATTN_DTYPES="$dtypes" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -40; exit 1; }
-summary+=("build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s")
+note "build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s"
 
 if [ $run_tests = 1 ]; then
   for suite in fwd bwd; do
     timeout 300 build-gpu/tests/test_gpu_$suite --gtest_filter="$tests" > "$out/gpu-tests-$suite.log" 2>&1
     rc=$?
     grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests-$suite.log" | head -40
-    summary+=("gpu $suite tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests-$suite.log" | tr '\n' ' ') (rc $rc)")
+    note "gpu $suite tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests-$suite.log" | tr '\n' ' ') (rc $rc)"
   done
 fi
 
@@ -68,7 +72,7 @@ if [ $run_sanitizer = 1 ]; then
       filter="$small_fwd"; [ $suite = bwd ] && filter="$small_bwd"
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_$suite --gtest_filter="$filter" \
         > "$out/sanitizer-$tool-$suite.log" 2>&1
-      summary+=("sanitizer $tool $suite: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$suite.log" | tail -1))")
+      note "sanitizer $tool $suite: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$suite.log" | tail -1))"
     done
   done
 fi
@@ -104,7 +108,7 @@ if [ -n "$profile" ]; then
     ncu -i "$out/prof-$1.ncu-rep" --page details > "$out/prof-$1-details.txt" 2>&1
     ncu -i "$out/prof-$1.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/prof-$1-sass.csv.gz"
     rm -f "$out/prof-$1.ncu-rep"
-    summary+=("profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')")
+    note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
   }
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
   torch_step="import torch, torch.nn.functional as F
@@ -126,7 +130,7 @@ cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > 
 hgmma=$(zcat "$sass" | awk '/Function :/ { f = ($3 ~ /fwd_kernel_sm90/) } f && /HGMMA/ { n++ } END { print n + 0 }')
 spills=$(awk '/Compiling entry function/ { f = ($0 ~ /fwd_kernel_sm90/ && $0 ~ /sm_90a/) }
               f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$out/build.log")
-summary+=("sm90a forward: $hgmma HGMMA in its SASS; instantiations with spills: $spills")
+note "sm90a forward: $hgmma HGMMA in its SASS; instantiations with spills: $spills"
 
 echo "=== summary ($(cat "$out/device.txt"))"
 printf '%s\n' "${summary[@]}"
