@@ -47,9 +47,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
       make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),
       p.dropout_scale};
   const ScoreMod<float>& mod = scores.mod;
-  const int key_lo = int(mod.first_key(m_start)), key_hi = int(mod.last_key(m_start + m_rows - 1));
-  const int n_block_min = key_lo / K::kBlockN;
-  const int n_block_max = key_hi > key_lo ? (key_hi + K::kBlockN - 1) / K::kBlockN : n_block_min;
+  const KeyTiles keys = key_tiles(mod, m_start, m_start + m_rows - 1, K::kBlockN);
+  const int n_block_min = keys.min, n_block_max = keys.max;
 
   const Element* k = static_cast<const Element*>(p.k);
   const Element* v = static_cast<const Element*>(p.v);

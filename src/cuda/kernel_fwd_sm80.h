@@ -50,12 +50,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   const DropoutRng rng = make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b,
                                           p.heads_q, h);
 
-  // Keys any row of this tile keeps (first_key and last_key grow with the row), and this split's
-  // share of their tiles.
-  const int key_lo = int(mod.first_key(m_start / pack));
-  const int key_hi = int(mod.last_key((m_start + m_rows - 1) / pack));
-  int n_block_min = key_lo / K::kBlockN;
-  int n_block_max = key_hi > key_lo ? (key_hi + K::kBlockN - 1) / K::kBlockN : n_block_min;
+  // The key tiles some row of this tile keeps, and this split's share of them.
+  const KeyTiles keys = key_tiles(mod, m_start / pack, (m_start + m_rows - 1) / pack, K::kBlockN);
+  int n_block_min = keys.min, n_block_max = keys.max;
   if (p.num_splits > 1) {
     const int per_split = (n_block_max - n_block_min + p.num_splits - 1) / p.num_splits;
     n_block_min = min(n_block_max, n_block_min + split * per_split);

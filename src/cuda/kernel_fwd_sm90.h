@@ -23,16 +23,6 @@
 
 namespace flashattn::cuda {
 
-// The key tiles [n_block_min, n_block_max) some row of query tile m_block keeps.
-struct KeyTiles {
-  int min, max;
-};
-__device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float>& mod, int m_start, int m_rows, int block_n) {
-  const int key_lo = int(mod.first_key(m_start)), key_hi = int(mod.last_key(m_start + m_rows - 1));
-  const int lo = key_lo / block_n;
-  return {lo, key_hi > key_lo ? (key_hi + block_n - 1) / block_n : lo};
-}
-
 template <class K>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int m_block, int h, int b, KeyTiles tiles) {
@@ -93,7 +83,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
   const ScoreMod<float> mod{p.scale, p.softcap, slope, p.seqlen_k - p.seqlen_q, p.seqlen_k,
                             p.window_left, p.window_right};
-  const KeyTiles tiles = key_tiles(mod, m_start, m_rows, K::kBlockN);
+  const KeyTiles tiles = key_tiles(mod, m_start, m_start + m_rows - 1, K::kBlockN);
 
   if (threadIdx.x == 0) {
     Full::init(&shared.q_full, 1);

@@ -22,6 +22,17 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The tiles of block_n keys [min, max) that some query row in [first_row, last_row] keeps
+// (first_key and last_key grow with the row); min == max when no row keeps a key.
+struct KeyTiles {
+  int min, max;
+};
+__device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float>& mod, int first_row, int last_row, int block_n) {
+  const int key_lo = int(mod.first_key(first_row)), key_hi = int(mod.last_key(last_row));
+  const int lo = key_lo / block_n;
+  return {lo, key_hi > key_lo ? (key_hi + block_n - 1) / block_n : lo};
+}
+
 // Where a warp's S fragment sits in the (query, key) plane of its sequence.
 struct FragmentOrigin {
   int row0;  // query row of fragment row 0 (m-tile 0, g = 0)
