@@ -57,6 +57,20 @@ std::vector<AttnCase> forward_cases() {
   c = shape(100, 1500, 64);  // negative slopes: scores grow with the distance
   c.alibi = true, c.alibi_negative = true;
   cases.push_back(c);
+  // More query tiles than an H100 has SMs (the sm90a kernel's persistent CTAs take several each),
+  // one case with most tiles keeping no key (queries far past the keys under a causal mask).
+  c = shape(600, 600, 64);
+  c.batch = 6, c.heads_q = 8, c.heads_kv = 8, c.causal = true;
+  cases.push_back(c);
+  c = shape(1000, 100, 128);
+  c.batch = 3, c.heads_q = 16, c.heads_kv = 4, c.causal = true;
+  cases.push_back(c);
+  c = shape(384, 384, 64);  // 576 tiles with keys: several rounds of every barrier's phases per CTA
+  c.batch = 4, c.heads_q = 48, c.heads_kv = 12;
+  cases.push_back(c);
+  c = shape(600, 600, 64);
+  c.batch = 4, c.heads_q = 8, c.heads_kv = 8, c.window_left = 100, c.window_right = 20, c.alibi = true;
+  cases.push_back(c);
   for (int64_t ratio : {1, 3, 8}) {
     c = shape(160, 250, 128);
     c.heads_q = 8 * (ratio == 3 ? 3 : 1), c.heads_kv = c.heads_q / ratio;

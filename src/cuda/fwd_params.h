@@ -67,6 +67,10 @@ struct FwdParams {
   float* lse_accum;  // [num_splits, heads (of the grid), accum_rows]
   int64_t accum_rows;  // batch * seqlen_q
 
+  // sm90a persistent scheduler: work items handed out past each CTA's first (workspace, zeroed
+  // before each launch).
+  int* tile_counter;
+
   uint32_t dropout_threshold;  // 0: no dropout
   float dropout_scale;         // 1 / (1 - p)
   uint64_t dropout_seed, dropout_offset;

@@ -32,7 +32,8 @@ struct FwdPlan {
   int64_t rows = 0;    // query rows per (sequence, grid head)
   int64_t heads = 0;   // heads of the grid
   size_t out_accum_bytes = 0, lse_accum_bytes = 0;
-  size_t workspace_bytes() const { return out_accum_bytes + lse_accum_bytes; }
+  size_t tile_counter_bytes = 0;  // the sm90a kernel's work-item counter
+  size_t workspace_bytes() const { return out_accum_bytes + lse_accum_bytes + tile_counter_bytes; }
 };
 
 // The fraction of the CTA slots that `ctas` CTAs keep busy over their waves.
@@ -120,6 +121,7 @@ FwdPlan plan_sm80(const AttnProblem& p) {
 FwdPlan plan_fwd(const AttnProblem& p) {
   FwdPlan plan = plan_sm80(p);
   plan.sm90 = sm90_serves(p, plan);
+  if (plan.sm90) plan.tile_counter_bytes = align_workspace(sizeof(int));
   return plan;
 }
 
@@ -175,8 +177,14 @@ void fwd(const AttnProblem& p) {
     params.accum_rows = int64_t(params.batch) * params.seqlen_q;
   }
   const int head_dim = int(std::max(p.d, p.d_v));
-  // A build without the sm90a kernels (FLASHATTN_CUDA_ARCHS) leaves every call to the sm80 ones.
-  if (plan.sm90 && launch_fwd_sm90(head_dim, p.q.dtype, params, stream)) return;
+  if (plan.sm90) {
+    params.tile_counter = reinterpret_cast<int*>(static_cast<char*>(workspace.data()) + plan.out_accum_bytes +
+                                                 plan.lse_accum_bytes);
+    const cudaError_t err = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
+    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward: clearing the work-item counter: ", cudaGetErrorString(err));
+    // A build without the sm90a kernels (FLASHATTN_CUDA_ARCHS) leaves every call to the sm80 ones.
+    if (launch_fwd_sm90(head_dim, p.q.dtype, params, stream)) return;
+  }
   launch_fwd_sm80(head_dim, p.q.dtype, params, stream);
   if (plan.splits > 1) launch_merge(combine_params(params, plan, p.q.dtype), stream);
 }

@@ -1,11 +1,16 @@
 // Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
-// q, k and v (v as V^T: head dim x keys) and launches one CTA per (query tile, head, sequence).
+// q, k and v (v as V^T: head dim x keys) and launches one persistent CTA per SM; the caller has
+// zeroed p.tile_counter.
 // The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
 // launch_fwd.cu decides when this path serves a call (sm90_serves).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
 #include "cuda/kernel_fwd_sm90.h"
 #include "cuda/launch_common.h"
 
@@ -40,7 +45,13 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
   };
-  const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
+  // work items are fewer.
+  const int64_t items = int64_t((p.seqlen_q + K::kBlockM - 1) / K::kBlockM) * p.heads_q * p.batch;
+  if (items == 0) return;
+  FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
+  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
+  const dim3 grid(unsigned(std::min<int64_t>(items, sms)));
   launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods>, grid, K::kThreads, K::kSmemBytes, args, stream,
                       "sm90 forward kernel");
 }

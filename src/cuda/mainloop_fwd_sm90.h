@@ -26,11 +26,11 @@ struct FwdSm90 {
   static constexpr int kStages = FwdTileSm90<kHeadDim>::kStages;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O
-  // Registers per thread after setmaxnreg: the producer needs few, the consumers the rest. The
-  // CTA's pool is what it was launched with: the kernel's register count, which
-  // __launch_bounds__(kThreads, 1) caps at 65536 / kThreads rounded down to a multiple of 8 (168
-  // for 384 threads: 64,512 = 128 * 24 + 256 * 240). A budget above the pool makes the consumers'
-  // setmaxnreg.inc wait forever (seen on the GPU with 32 for the producer).
+  // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with: the
+  // kernel's register count, which __launch_bounds__(kThreads, 1) caps at 65536 / kThreads rounded
+  // down to a multiple of 8 (168 for 384 threads: 64,512). A budget above the pool makes the
+  // consumers' setmaxnreg.inc wait forever. The producer thread keeps the work-item and ring
+  // state of the persistent loop (it spilled at 32), the consumers S, P and O.
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= kLaunchRegisters * kThreads,
@@ -93,9 +93,12 @@ struct FwdSm90 {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;
-    // mbarriers: Q landed; stage s of K / V landed (full) or released by every consumer (empty).
-    uint64_t q_full;
+    // mbarriers: Q / stage s of K / V landed (full) or released by every consumer (empty); work
+    // item slot s written by the producer (full) or read by every consumer (empty).
+    uint64_t q_full, q_empty;
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+    uint64_t tile_full[2], tile_empty[2];
+    int tile[2];  // the work items handed to the consumers (kernel_fwd_sm90.h)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "the sm90a forward tile exceeds shared memory");

@@ -61,6 +61,9 @@ template <> struct FwdTileSm90<64> { static constexpr int kConsumerWarpgroups = 
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB.
 template <> struct FwdTileSm90<96> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
 template <> struct FwdTileSm90<128> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
+// d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (112 keys, as
+// FlashAttention-3, spilled 96 bytes beside the live P of the overlapped schedule).
+template <> struct FwdTileSm90<192> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2; };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 64-key tiles: 192 KB. (80-key tiles
 // would fill 224 KB: to try.)
 template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 64, kStages = 2; };
