@@ -61,7 +61,9 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_
 # Adds the CUDA backend (runtime queries, dispatch and the generated kernel instantiations).
 function(flashattn_add_cuda_backend target)
   target_sources(${target} PRIVATE cuda/runtime.cpp cuda/launch_common.cu cuda/launch_fwd.cu cuda/launch_bwd.cu cuda/kv_append_sm80.cu cuda/merge_sm80.cu cuda/bwd_rows_sm80.cu ${FLASHATTN_INSTANTIATION_SOURCES})
-  target_compile_definitions(${target} PRIVATE FLASHATTN_WITH_CUDA)
+  # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: CuTe's wgmma selectors offer every N that is a
+  # multiple of 8 (80-key tiles at d 256 take 64x80x16 rather than five 64x16x16).
+  target_compile_definitions(${target} PRIVATE FLASHATTN_WITH_CUDA CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
   target_include_directories(${target} PRIVATE ${FLASHATTN_GENERATED_DIR})
   target_include_directories(${target} SYSTEM PRIVATE ${FLASHATTN_CUTLASS_INCLUDE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_INCLUDE_DIRS}/cccl)

@@ -6,9 +6,10 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
-#                        [--profile D,SEQLEN]
+#                        [--profile D,SEQLEN] [--fwd-only]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
+# --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
 # --profile: Nsight Compute (full set, per-instruction stall samples) of our forward (the cuda
 # backend's: sm90a on a Hopper GPU) and backward kernels and of PyTorch's FlashAttention-2 ones at
 # one non-causal bf16 point of the standard grid.
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile=""
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile="" suites="fwd bwd"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
     --bench-bwd) bench_bwd=1; shift ;;
     --bench-sm80) bench_sm80=1; shift ;;
     --no-peers) peers=0; shift ;;
+    --fwd-only) suites="fwd"; shift ;;
     --profile) profile="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -69,7 +71,7 @@ if [ $run_tests = 1 ] || [ $run_sanitizer = 1 ] || [ $run_bench = 1 ]; then
 fi
 
 if [ $run_tests = 1 ]; then
-  for suite in fwd bwd; do
+  for suite in $suites; do
     timeout 300 build-gpu/tests/test_gpu_$suite --gtest_filter="$tests" > "$out/gpu-tests-$suite.log" 2>&1
     rc=$?
     grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests-$suite.log" | head -40
@@ -81,7 +83,7 @@ if [ $run_sanitizer = 1 ]; then
   small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*:*split3*:*b3_sq1_sk3000_h32x8_d128_bf16_paged16*:*b3_sq1_sk700_h12x2*:*GpuMerge*"
   small_bwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq5_sk2_h4x4_d256_bf16*:*varlen*:*drop17*:*dv40*:*sq0_*:*sk0_*"
   for tool in memcheck racecheck; do
-    for suite in fwd bwd; do
+    for suite in $suites; do
       filter="$small_fwd"; [ $suite = bwd ] && filter="$small_bwd"
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/test_gpu_$suite --gtest_filter="$filter" \
         > "$out/sanitizer-$tool-$suite.log" 2>&1

@@ -168,14 +168,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 
   const int tid = threadIdx.x - 128;  // among the consumers
   const int wg = tid / 128;
-  Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename K::SmemLayoutQ{});
   Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename K::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename K::SmemLayoutVt{});
   typename K::MmaS mma_s;
   typename K::MmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(tid);
   auto thr_o = mma_o.get_thread_slice(tid);
-  Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // shared-memory descriptors
   Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tSrS = partition_fragment_C(mma_s, typename K::TileS{});
@@ -226,6 +224,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     auto issue_s = [&](int i) {
       const int stage = (kv_loads + i) % K::kStages;
       Full::wait(&shared.k_full[stage], ((kv_loads + i) / K::kStages) & 1);
+      // Q's shared-memory descriptors, one per 16 columns, are made here from a base the compiler
+      // cannot see to be loop-invariant: held across the loop, d 256's 16 of them (32 registers)
+      // spilled.
+      uint32_t q_offset = 0;
+      asm volatile("" : "+r"(q_offset));
+      Tensor tSrQ = thr_s.partition_fragment_A(
+          make_tensor(make_smem_ptr(shared.q.data() + q_offset), typename K::SmemLayoutQ{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
       mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -314,7 +319,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       kv_loads += n_keys;
     }
 
-    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf), 4-byte stores.
+    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf), 4-byte stores (16-byte
+    // ones after a transpose within each quad measured slower at short causal lengths: see
+    // docs/performance.md, v5).
     Element* out = static_cast<Element*>(p.out);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {

@@ -64,9 +64,10 @@ template <> struct FwdTileSm90<128> { static constexpr int kConsumerWarpgroups =
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (112 keys, as
 // FlashAttention-3, spilled 96 bytes beside the live P of the overlapped schedule).
 template <> struct FwdTileSm90<192> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2; };
-// d 256: O alone is 128 floats per thread and Q 64 KB, so 64-key tiles: 192 KB. (80-key tiles
-// would fill 224 KB: to try.)
-template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 64, kStages = 2; };
+// d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
+// S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
+// (docs/performance.md, v5).
+template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2; };
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
