@@ -68,7 +68,7 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
 // The producer thread: hands out the work items (its CTA's first is blockIdx.x, the others come
 // from the global counter) through a two-slot ring in shared memory, and for each loads Q once and
 // its K / V tiles into the kStages-deep ring, the ring's position running on across items.
-template <class K, bool kScoreMods>
+template <class K>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
   using namespace cute;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<K::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_fwd_sm90<K, kScoreMods>(args, shared, num_m, num_tiles);
+    if (threadIdx.x == 0) produce_fwd_sm90<K>(args, shared, num_m, num_tiles);
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<K::kConsumerRegisters>();
