@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
   const ScoreMod<float>& mod = scores.mod;
   const KeyTiles keys = key_tiles(mod, m_start, m_start + m_rows - 1, K::kBlockN);
   const int n_block_min = keys.min, n_block_max = keys.max;
+  const KeyTiles unmasked = unmasked_key_tiles(mod, m_start, m_start + K::kBlockM - 1, K::kBlockN);
 
   const Element* k = static_cast<const Element*>(p.k);
   const Element* v = static_cast<const Element*>(p.v);
@@ -105,10 +106,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
     gemm_qk<Gemm>(sdO, stage_v(stage), dp, warp_row0, lane);
 
     origin.col0 = n_block * K::kBlockN;
-    const int m_last = m_start + K::kBlockM - 1;
-    const bool need_mask = origin.col0 + K::kBlockN > seq.seqlen_k ||
-                           (p.window_left >= 0 && origin.col0 < mod.first_key(m_last)) ||
-                           (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(m_start));
+    const bool need_mask = n_block < unmasked.min || n_block >= unmasked.max;
     auto stats = [&](int r) { return warp_stats[r]; };
     if (need_mask) {
       probabilities_and_ds<false, kScoreMods, true>(s, dp, scores, origin, stats);

@@ -53,6 +53,10 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   // The key tiles some row of this tile keeps, and this split's share of them.
   const KeyTiles keys = key_tiles(mod, m_start / pack, (m_start + m_rows - 1) / pack, K::kBlockN);
   int n_block_min = keys.min, n_block_max = keys.max;
+  // Only tiles that cross a window edge or the end of the keys need the per-element mask; it and
+  // the score modifiers run as their own passes so that an interior plain tile pays for neither.
+  const KeyTiles unmasked =
+      unmasked_key_tiles(mod, m_start / pack, (m_start + K::kBlockM - 1) / pack, K::kBlockN);
   if (p.num_splits > 1) {
     const int per_split = (n_block_max - n_block_min + p.num_splits - 1) / p.num_splits;
     n_block_min = min(n_block_max, n_block_min + split * per_split);
@@ -132,15 +136,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
     cp_async_commit();
 
     if (!warp_has_rows) continue;
-    // Only tiles that cross a window edge or the end of the keys need the per-element mask; it and
-    // the score modifiers run as their own passes so that an interior plain tile pays for neither.
     origin.col0 = n_block * K::kBlockN;
-    const int q_first = m_start / pack, q_last = (m_start + K::kBlockM - 1) / pack;
-    const bool need_mask = origin.col0 + K::kBlockN > seq.seqlen_k ||
-                           (p.window_left >= 0 && origin.col0 < mod.first_key(q_last)) ||
-                           (p.window_right >= 0 && origin.col0 + K::kBlockN > mod.last_key(q_first));
     if (!plain_scores) apply_score_mods(s, mod, origin);
-    if (need_mask) apply_mask(s, mod, origin);
+    if (n_block < unmasked.min || n_block >= unmasked.max) apply_mask(s, mod, origin);
     softmax.update(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
       if (kScoreMods && p.dropout_threshold != 0) {
         dropout_pair(x0, x1, rng, p.dropout_scale, origin.row0 + mt * 16 + origin.g + 8 * half,

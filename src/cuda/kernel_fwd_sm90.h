@@ -42,9 +42,8 @@ struct FwdTile {
   int m_block, h, b, m_start, m_rows;
   float slope;  // ALiBi, 0 when off
   KeyTiles keys;
-  // Key tiles [full.min, full.max) are kept whole by every row of the tile: no per-element mask.
-  // Only tiles that cross a window edge or the end of the keys pay for it.
-  KeyTiles full;
+  // Key tiles kept whole by every row of the tile: only the others pay for the per-element mask.
+  KeyTiles unmasked;
   __device__ __forceinline__ int n_keys() const { return keys.max - keys.min; }
 };
 template <class K, bool kScoreMods>
@@ -58,10 +57,7 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
   w.slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[w.b * p.alibi_batch_stride + w.h] : 0.f;
   const ScoreMod<float> mod = score_mod(p, w.slope);
   w.keys = key_tiles(mod, w.m_start, w.m_start + w.m_rows - 1, K::kBlockN);
-  const int64_t q_last = w.m_start + K::kBlockM - 1;
-  const int64_t full_lo = p.window_left < 0 ? 0 : mod.first_key(q_last);
-  const int64_t full_hi = p.window_right < 0 ? p.seqlen_k : mod.last_key(w.m_start);
-  w.full = {int((full_lo + K::kBlockN - 1) / K::kBlockN), int(full_hi / K::kBlockN)};
+  w.unmasked = unmasked_key_tiles(mod, w.m_start, w.m_start + K::kBlockM - 1, K::kBlockN);
   return w;
 }
 
@@ -268,7 +264,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
-      if (n_block < w.full.min || n_block >= w.full.max) apply_mask(s, score_mod(p, w.slope), origin);
+      if (n_block < w.unmasked.min || n_block >= w.unmasked.max) apply_mask(s, score_mod(p, w.slope), origin);
       softmax.update_scores(
           s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
     };

@@ -33,6 +33,14 @@ __device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float>& mod, int fi
   return {lo, key_hi > key_lo ? (key_hi + block_n - 1) / block_n : lo};
 }
 
+// The tiles of block_n keys that every query row in [first_row, last_row] keeps whole: only the
+// tiles outside [min, max) (a window edge, the end of the keys) need the per-element mask. Unbounded
+// window sides need no test: first_key is then 0 and last_key seqlen_k.
+__device__ __forceinline__ KeyTiles unmasked_key_tiles(const ScoreMod<float>& mod, int first_row, int last_row,
+                                                       int block_n) {
+  return {int((mod.first_key(last_row) + block_n - 1) / block_n), int(mod.last_key(first_row) / block_n)};
+}
+
 // Where a warp's S fragment sits in the (query, key) plane of its sequence.
 struct FragmentOrigin {
   int row0;  // query row of fragment row 0 (m-tile 0, g = 0)
