@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One device call comparing forward kernels: the working tree as it is (A) against the tree with
+# each given patch applied (B, C, ...), built side by side without the backward, then
+# `flashattn bench --fwd-only` of every variant in alternating rounds, and a table of each
+# point's runs and the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the
+# patches are files of the working tree (`git diff > ab/x.patch`: untracked, so the call takes
+# them). Usage:
+#   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2]
+#                     [--tests FILTER] PATCH...
+# --tests: also run test_gpu_fwd with that gtest filter on every patched variant (its build then
+# includes the tests), so that a variant's figures come with its correctness.
+# Writes each run's CSV (bench-<variant>-<round>.csv) to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dims="64,128,256" seqlens="" rounds=2 tests=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dims) dims="$2"; shift 2 ;;
+    --seqlens) seqlens="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --tests) tests="$2"; shift 2 ;;
+    --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 1 ] || { echo "gpu-ab: give at least one patch" >&2; exit 2; }
+out=${OUT:-/tmp/gpu-ab-out}
+mkdir -p "$out"
+t0=$(date +%s)
+log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+# Variant trees under /tmp/gpu-ab: A is the working tree, the others A plus one patch each.
+letters=(B C D E F G H)
+[ $# -le ${#letters[@]} ] || { echo "gpu-ab: at most ${#letters[@]} patches" >&2; exit 2; }
+names=(A) patches=("")
+for patch in "$@"; do
+  [ -f "$patch" ] || { echo "gpu-ab: no patch $patch" >&2; exit 2; }
+  names+=("${letters[${#patches[@]} - 1]}") patches+=("$(realpath "$patch")")
+done
+work=/tmp/gpu-ab
+rm -rf "$work"
+gtest_flags=()
+[ -f /usr/include/gtest/gtest.h ] || gtest_flags=(-DGTEST_ROOT="$root/.deps/gtest")
+cmake_dims=${dims//,/;}
+for i in "${!names[@]}"; do
+  v=${names[$i]} tree=$work/${names[$i]}
+  mkdir -p "$tree"
+  tar cf - --exclude='./build*' --exclude=./.git --exclude=./.deps . | tar xf - -C "$tree"
+  if [ -n "${patches[$i]}" ]; then
+    (cd "$tree" && patch -p1 -s < "${patches[$i]}") || { echo "gpu-ab: ${patches[$i]} does not apply" >&2; exit 1; }
+  fi
+  with_tests=OFF; [ -n "$tests" ] && [ "$v" != A ] && with_tests=ON
+  cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
+    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=OFF \
+    -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
+    -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
+    { tail -20 "$work/$v.configure.log"; exit 1; }
+  cmake --build "$tree/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 || { grep -E "error" "$work/$v.build.log" | head -20; exit 1; }
+  spills=$(awk '/Compiling entry function/ { f = ($0 ~ /fwd_kernel_sm90/ && $0 ~ /sm_90a/) }
+                f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$work/$v.build.log")
+  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; sm90a instantiations with spills: $spills"
+  if [ "$with_tests" = ON ]; then
+    timeout 300 "$tree/build/tests/test_gpu_fwd" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
+    rc=$?
+    grep -E "^\[  FAILED" "$work/$v.tests.log" | head -20
+    log "$v forward tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$work/$v.tests.log" | tr '\n' ' ') (rc $rc)"
+  fi
+done
+
+bench_flags=(--backend cuda --fwd-only --csv --dims "$dims")
+[ -n "$seqlens" ] && bench_flags+=(--seqlens "$seqlens")
+for r in $(seq 1 "$rounds"); do
+  for v in "${names[@]}"; do
+    timeout 200 "$work/$v/build/tools/flashattn/flashattn" bench "${bench_flags[@]}" > "$out/bench-$v-$r.csv" 2> "$work/$v-$r.err" ||
+      tail -3 "$work/$v-$r.err"
+  done
+  log "bench round $r"
+done
+
+python3 - "$out" "$rounds" "${names[@]}" <<'PY'
+import collections, csv, sys
+out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+runs = collections.defaultdict(lambda: collections.defaultdict(list))
+for v in names:
+    for r in range(1, rounds + 1):
+        for row in csv.DictReader(open(f'{out}/bench-{v}-{r}.csv')):
+            runs[(int(row['d']), int(row['causal']), int(row['seqlen']))][v].append(float(row['fwd_tflops']))
+print('| d | seqlen | causal | ' + ' | '.join(f'{v} (runs)' for v in names) + ' | ' +
+      ' | '.join(f'{v} / A' for v in names[1:]) + ' |')
+print('|---' * (3 + 2 * len(names) - 1) + '|')
+for (d, causal, seqlen), x in sorted(runs.items()):
+    mean = {v: sum(x[v]) / len(x[v]) for v in names if x[v]}
+    cells = [' / '.join(f'{t:.1f}' for t in x[v]) for v in names]
+    ratios = [f'{mean[v] / mean["A"]:.3f}' if v in mean and 'A' in mean else 'nan' for v in names[1:]]
+    print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
+PY
