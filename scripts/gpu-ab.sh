@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# One device call comparing forward kernels: the working tree as it is (A) against the tree with
-# each given patch applied (B, C, ...), built side by side without the backward, then
-# `flashattn bench --fwd-only` of every variant in alternating rounds, and a table of each
-# point's runs and the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the
+# One device call comparing kernels: the working tree as it is (A) against the tree with each
+# given patch applied (B, C, ...), built side by side (without the backward unless --bwd), then
+# `flashattn bench` of every variant in alternating rounds, and a table of each point's runs and
+# the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the
 # patches are files of the working tree (`git diff > ab/x.patch`: untracked, so the call takes
 # them). Usage:
-#   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2]
+#   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] PATCH...
-# --tests: also run test_gpu_fwd with that gtest filter on every patched variant (its build then
-# includes the tests), so that a variant's figures come with its correctness.
+# --bwd: the backward instead of the forward (built, benchmarked, tested).
+# --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
+# variant (its build then includes the tests), so that a variant's figures come with its
+# correctness.
 # Writes each run's CSV (bench-<variant>-<round>.csv) to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests=""
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
     --seqlens) seqlens="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --tests) tests="$2"; shift 2 ;;
+    --bwd) dir=bwd; shift ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -53,23 +56,26 @@ for i in "${!names[@]}"; do
   fi
   with_tests=OFF; [ -n "$tests" ] && [ "$v" != A ] && with_tests=ON
   cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
-    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=OFF \
+    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \
     -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
     -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
     { tail -20 "$work/$v.configure.log"; exit 1; }
   cmake --build "$tree/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 || { grep -E "error" "$work/$v.build.log" | head -20; exit 1; }
-  spills=$(awk '/Compiling entry function/ { f = ($0 ~ /fwd_kernel_sm90/ && $0 ~ /sm_90a/) }
+  # The spill report of the kernels under test: the sm90a forward, or the backward's (sm_90a code).
+  kernels=fwd_kernel_sm90; [ $dir = bwd ] && kernels=bwd_
+  spills=$(awk -v k="$kernels" '/Compiling entry function/ { f = (index($0, k) > 0 && $0 ~ /sm_90a/) }
                 f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$work/$v.build.log")
-  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; sm90a instantiations with spills: $spills"
+  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $kernels* instantiations with spills (sm_90a): $spills"
   if [ "$with_tests" = ON ]; then
-    timeout 300 "$tree/build/tests/test_gpu_fwd" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
+    timeout 300 "$tree/build/tests/test_gpu_$dir" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
     rc=$?
     grep -E "^\[  FAILED" "$work/$v.tests.log" | head -20
-    log "$v forward tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$work/$v.tests.log" | tr '\n' ' ') (rc $rc)"
+    log "$v $dir tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$work/$v.tests.log" | tr '\n' ' ') (rc $rc)"
   fi
 done
 
-bench_flags=(--backend cuda --fwd-only --csv --dims "$dims")
+bench_flags=(--backend cuda --csv --dims "$dims")
+[ $dir = fwd ] && bench_flags+=(--fwd-only)
 [ -n "$seqlens" ] && bench_flags+=(--seqlens "$seqlens")
 for r in $(seq 1 "$rounds"); do
   for v in "${names[@]}"; do
@@ -79,14 +85,14 @@ for r in $(seq 1 "$rounds"); do
   log "bench round $r"
 done
 
-python3 - "$out" "$rounds" "${names[@]}" <<'PY'
+python3 - "$out" "$rounds" "$dir" "${names[@]}" <<'PY'
 import collections, csv, sys
-out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, rounds, direction, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for v in names:
     for r in range(1, rounds + 1):
         for row in csv.DictReader(open(f'{out}/bench-{v}-{r}.csv')):
-            runs[(int(row['d']), int(row['causal']), int(row['seqlen']))][v].append(float(row['fwd_tflops']))
+            runs[(int(row['d']), int(row['causal']), int(row['seqlen']))][v].append(float(row[direction + '_tflops']))
 print('| d | seqlen | causal | ' + ' | '.join(f'{v} (runs)' for v in names) + ' | ' +
       ' | '.join(f'{v} / A' for v in names[1:]) + ' |')
 print('|---' * (3 + 2 * len(names) - 1) + '|')
