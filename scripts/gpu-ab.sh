@@ -2,9 +2,8 @@
 # One device call comparing kernels: the working tree as it is (A) against the tree with each
 # given patch applied (B, C, ...), built side by side (without the backward unless --bwd), then
 # `flashattn bench` of every variant in alternating rounds, and a table of each point's runs and
-# the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the
-# patches are files of the working tree (`git diff > ab/x.patch`: untracked, so the call takes
-# them). Usage:
+# the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the patches are files of
+# the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
