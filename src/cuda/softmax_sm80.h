@@ -112,15 +112,7 @@ struct OnlineSoftmax {
     // order the sm80 kernels' register allocation is tuned for (rescaling after all weights made
     // the few-rows tile spill 412 bytes at d 128 instead of 84).
     update_scores(
-        s,
-        [&](int mt, int half, float correction) {
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            acc_o[mt][dt][2 * half] *= correction;
-            acc_o[mt][dt][2 * half + 1] *= correction;
-          }
-        },
-        after_sum);
+        s, [&](int mt, int half, float correction) { rescale_row(acc_o, mt, half, correction); }, after_sum);
   }
 
   // update() without touching O, for a kernel whose O accumulators are still being written when
@@ -158,17 +150,23 @@ struct OnlineSoftmax {
     }
   }
 
+  // One row of O (m-tile mt, fragment row g + 8 * half) times its correction.
+  template <int kDTiles>
+  __device__ __forceinline__ static void rescale_row(float (&acc_o)[kM][kDTiles][4], int mt, int half,
+                                                     float correction) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      acc_o[mt][dt][2 * half] *= correction;
+      acc_o[mt][dt][2 * half + 1] *= correction;
+    }
+  }
+
   template <int kDTiles>
   __device__ __forceinline__ static void rescale(float (&acc_o)[kM][kDTiles][4], const float (&correction)[kM][2]) {
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        acc_o[mt][dt][0] *= correction[mt][0];
-        acc_o[mt][dt][1] *= correction[mt][0];
-        acc_o[mt][dt][2] *= correction[mt][1];
-        acc_o[mt][dt][3] *= correction[mt][1];
-      }
+      for (int half = 0; half < 2; ++half) rescale_row(acc_o, mt, half, correction[mt][half]);
   }
 
   // The full row sum (0 for a row with no kept key) and its lse (-inf then).

@@ -100,24 +100,23 @@ void Buffer::set_i32(int64_t index, int32_t value) {
 }
 
 template <class F>
-void Buffer::for_each_row(F f) const {
+void Buffer::for_each_offset(F f) const {
   const int64_t cols = shape_.empty() ? 1 : shape_.back();
   const int64_t rows = cols == 0 ? 0 : numel() / cols;
-  for (int64_t r = 0; r < rows; ++r) f(element_offset(r * cols), cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = element_offset(r * cols);
+    for (int64_t j = 0; j < cols; ++j) f(row + j);
+  }
 }
 
 void Buffer::fill_random(uint64_t seed, double lo, double hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
-  for_each_row([&](int64_t offset, int64_t cols) {
-    for (int64_t j = 0; j < cols; ++j) store_from_double(tensor_.data, tensor_.dtype, offset + j, dist(rng));
-  });
+  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, dist(rng)); });
 }
 
 void Buffer::fill(double value) {
-  for_each_row([&](int64_t offset, int64_t cols) {
-    for (int64_t j = 0; j < cols; ++j) store_from_double(tensor_.data, tensor_.dtype, offset + j, value);
-  });
+  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, value); });
 }
 
 bool Buffer::guards_intact() const {

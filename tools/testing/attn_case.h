@@ -47,10 +47,10 @@ class Buffer {
 
  private:
   int64_t element_offset(int64_t index) const;
-  // f(offset, length) for each row (the last dim, stride 1) in row-major order: the fills go row
-  // by row instead of resolving every element's offset.
+  // f(offset) for each element in row-major order, the offset resolved once per row (the last dim
+  // has stride 1) instead of per element.
   template <class F>
-  void for_each_row(F f) const;
+  void for_each_offset(F f) const;
   void rebind();
   std::vector<unsigned char> storage_;
   std::vector<int64_t> shape_;
