@@ -5,16 +5,18 @@
 # the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the patches are files of
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
-#                     [--tests FILTER] PATCH...
+#                     [--tests FILTER] [--archs "90a"] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
 # variant (its build then includes the tests), so that a variant's figures come with its
 # correctness.
+# --archs: the CUDA archs built (default 90a: the device is a Hopper GPU, where the sm80 kernels run
+# from the sm_90a code too, and one arch halves each variant's build).
 # Writes each run's CSV (bench-<variant>-<round>.csv) to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --tests) tests="$2"; shift 2 ;;
     --bwd) dir=bwd; shift ;;
+    --archs) archs="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -55,7 +58,7 @@ for i in "${!names[@]}"; do
   fi
   with_tests=OFF; [ -n "$tests" ] && [ "$v" != A ] && with_tests=ON
   cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
-    -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \
+    -DFLASHATTN_CUDA_ARCHS="$archs" -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \
     -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
     -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
     { tail -20 "$work/$v.configure.log"; exit 1; }

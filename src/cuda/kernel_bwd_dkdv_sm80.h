@@ -40,35 +40,43 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 }
 
 // The single pass's dq step, once every warp's dS^T is in sdSt (keys x queries): each warp
-// multiplies one m16 tile of queries by its share of this CTA's K columns and adds the product to
-// the tiled dq accumulator (dq_tiles: this step's first 16-row tile, bwd_params.h), one 16-byte
-// atomic per n8 tile where the device has it, coalesced over the warp. Query rows past the
+// multiplies kDqWarpMTiles m16 tiles of queries by its share of this CTA's K columns and adds the
+// product to the tiled dq accumulator (dq_tiles: this step's first 16-row tile, bwd_params.h), one
+// 16-byte atomic per n8 tile where the device has it, coalesced over the warp. Query rows past the
 // sequence's end (rows: the step's rows that exist) add their dS, which is 0, to the padding of
 // its last tile; tiles past that one are skipped.
 template <class K>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,
                                        int lane) {
+  constexpr int kM = K::kDqWarpMTiles;
   const int warp = threadIdx.x / 32;
-  const int q_tile = warp % K::kDqMTiles;
-  if (warp / K::kDqMTiles >= K::kDqWarpsN || q_tile * kDqAccumTileRows >= rows) return;
-  const int c0 = col0 + (warp / K::kDqMTiles) * K::kDqDTiles * 8;
-  float acc[K::kDqDTiles][4];
+  const int q_tile0 = (warp % K::kDqMWarps) * kM;
+  if (warp / K::kDqMWarps >= K::kDqWarpsN || q_tile0 * kDqAccumTileRows >= rows) return;
+  const int c0 = col0 + (warp / K::kDqMWarps) * K::kDqDTiles * 8;
+  float acc[kM][K::kDqDTiles][4];
 #pragma unroll
-  for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-  gemm_smem<true, typename K::Element, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
-      sdSt + q_tile * 16, sK + c0, acc, lane);
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
+  gemm_smem<true, typename K::Element, kM, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
+      sdSt + q_tile0 * 16, sK + c0, acc, lane);
   // One address computation, then constant offsets; the test for n8 tiles past d (a head dim
   // served by a larger instantiation) stays off the common path.
-  float* dst = dq_tiles + ((q_tile * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
+  float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
   const int tiles = (p.d - c0) / 8;
-  if (tiles >= K::kDqDTiles) {
 #pragma unroll
-    for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(dst + dt * kDqAccumTileFloats, acc[dt]);
-  } else {
+  for (int mt = 0; mt < kM; ++mt) {
+    if (mt > 0 && (q_tile0 + mt) * kDqAccumTileRows >= rows) break;
+    float* tile_dst = dst + mt * (p.d / 8) * kDqAccumTileFloats;
+    if (tiles >= K::kDqDTiles) {
 #pragma unroll
-    for (int dt = 0; dt < K::kDqDTiles; ++dt)
-      if (dt < tiles) atomic_add_f32x4(dst + dt * kDqAccumTileFloats, acc[dt]);
+      for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < K::kDqDTiles; ++dt)
+        if (dt < tiles) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+    }
   }
 }
 
@@ -213,14 +221,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
     if constexpr (kDqAtomic) {
       __syncthreads();  // every warp's dS^T (and P^T) landed
       if constexpr (K::kColSplit > 1) {  // the step's P^T and dS^T rows of this warp's keys
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          const int row = (warp_row0 + mt * 16) * K::kDsStride;
-          gemm_smem<false, Element, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
-              sPt + row, stage_do(stage) + col0 + warp_c0, acc_dv[mt], lane);
-          gemm_smem<false, Element, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
-              sdSt + row, stage_q(stage) + col0 + warp_c0, acc_dk[mt], lane);
-        }
+        const int row = warp_row0 * K::kDsStride;
+        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
+            sPt + row, stage_do(stage) + col0 + warp_c0, acc_dv, lane);
+        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
+            sdSt + row, stage_q(stage) + col0 + warp_c0, acc_dk, lane);
       }
       float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
                                       m_start / kDqAccumTileRows) * (p.d / 8) * kDqAccumTileFloats;

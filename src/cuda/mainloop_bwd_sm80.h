@@ -64,7 +64,7 @@ template <int kHeadDim, class Element, bool kSinglePass>
 struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   using Base = BwdDkvBase<kHeadDim, Element, kSinglePass>;
   using Tile = BwdDkvTileSm80<kHeadDim>;
-  static constexpr int kWarpMTiles = Tile::kWarpMTiles;
+  static constexpr int kWarpMTiles = kSinglePass ? Tile::kSinglePassWarpMTiles : Tile::kWarpMTiles;
   static constexpr int kColSplit = kSinglePass ? Tile::kSinglePassColSplit : 1;
   static constexpr int kKeyGroups = Base::kWarps / kColSplit;
   static constexpr int kBlockN = kKeyGroups * 16 * kWarpMTiles;
@@ -77,14 +77,16 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   static constexpr int kTileBytes = Base::kSmemStride * int(sizeof(Element));
   // The single pass stages dS^T (keys x queries, the layout of the warps' fragments, so that the
   // stores are 32-bit pairs) in shared memory for dq = dS K, and with split columns P^T too: dq's
-  // rows split into the m16 tiles of kBlockM, its kCtaCols columns over kDqWarpsN warps (the
-  // largest count the other warp factor allows that divides the n8 tiles; warps beyond it skip dq).
+  // rows split into kDqMWarps warp rows of kDqWarpMTiles m16 tiles, its kCtaCols columns over
+  // kDqWarpsN warps (the largest count the other warp factor allows that divides the n8 tiles;
+  // warps beyond it skip dq).
   static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
   // dS^T in the single pass, and P^T with split columns; none for the two-pass kernel.
   static constexpr int kStagedTiles = !kSinglePass ? 0 : (kColSplit > 1 ? 2 : 1);
-  static constexpr int kDqMTiles = kBlockM / 16;
+  static constexpr int kDqWarpMTiles = Tile::kDqWarpMTiles;
+  static constexpr int kDqMWarps = kBlockM / 16 / kDqWarpMTiles;
   static constexpr int kDqWarpsN = [] {
-    int n = Base::kWarps / kDqMTiles;
+    int n = Base::kWarps / kDqMWarps;
     while ((kCtaCols / 8) % n != 0) --n;
     return n;
   }();
@@ -94,35 +96,44 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
                                     kStagedTiles * kBlockN * kDsStride * int(sizeof(Element));
   static_assert(kWarpCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
   static_assert(kWarpQueries % 16 == 0, "P^T in registers is the A operand of k16 steps");
-  static_assert(Base::kWarps % kDqMTiles == 0, "dq's m16 tiles must split evenly over the warps");
+  static_assert(kBlockM % (16 * kDqWarpMTiles) == 0 && Base::kWarps % kDqMWarps == 0,
+                "dq's m16 tiles must split evenly over the warps");
 };
 
-// acc[dt] += A B for one warp, both operands in shared memory: A is 16 rows x kK, row-major at sA
-// (kATransposed: stored transposed, kK rows of kStrideA from which the warp reads 16 columns), B is
-// kK rows x (kDTiles * 8) columns (row stride kStrideB), read through the transposing ldmatrix; an
-// odd last n8 tile takes its half-width form.
-template <bool kATransposed, class Element, int kK, int kDTiles, int kStrideA, int kStrideB>
-__device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, float (&acc)[kDTiles][4],
+// acc[mt][dt] += A B for one warp, both operands in shared memory: A is kM m16 tiles x kK,
+// row-major at sA (kATransposed: stored transposed, kK rows of kStrideA from which the warp reads
+// kM x 16 columns), B is kK rows x (kDTiles * 8) columns (row stride kStrideB), read through the
+// transposing ldmatrix once for all kM tiles; an odd last n8 tile takes its half-width form.
+template <bool kATransposed, class Element, int kM, int kK, int kDTiles, int kStrideA, int kStrideB>
+__device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, float (&acc)[kM][kDTiles][4],
                                           int lane) {
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
-    uint32_t a[4];  // matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
-    if constexpr (kATransposed) {
-      ldmatrix_x4_trans(sA + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideA + ((lane / 8) % 2) * 8, a);
-    } else {
-      ldmatrix_x4(sA + (lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a);
+    uint32_t a[kM][4];  // per tile: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      if constexpr (kATransposed) {
+        ldmatrix_x4_trans(sA + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideA + mt * 16 + ((lane / 8) % 2) * 8,
+                          a[mt]);
+      } else {
+        ldmatrix_x4(sA + (mt * 16 + lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a[mt]);
+      }
     }
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];
       ldmatrix_x4_trans(sB + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStrideB + dp * 16 + (lane / 16) * 8, b);
-      mma_16x8x16<Element>(acc[2 * dp], a, b[0], b[1]);
-      mma_16x8x16<Element>(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        mma_16x8x16<Element>(acc[mt][2 * dp], a[mt], b[0], b[1]);
+        mma_16x8x16<Element>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+      }
     }
     if constexpr (kDTiles % 2 == 1) {
       uint32_t b[2];
       ldmatrix_x2_trans(sB + (kc * 16 + lane % 16) * kStrideB + (kDTiles - 1) * 8, b);
-      mma_16x8x16<Element>(acc[kDTiles - 1], a, b[0], b[1]);
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) mma_16x8x16<Element>(acc[mt][kDTiles - 1], a[mt], b[0], b[1]);
     }
   }
 }

@@ -90,6 +90,9 @@ struct BwdDkvTileSm80 {
   // the column split): its atomics scale with the queries and columns per key tile, and 4-warp
   // 64-key tiles measured 0.8x the two passes.
   static constexpr int kWarps = 4, kSinglePassWarps = 8, kWarpMTiles = 1;
+  static constexpr int kSinglePassWarpMTiles = 1;
+  // The single pass's dq = dS K: m16 tiles of dq rows per warp.
+  static constexpr int kDqWarpMTiles = 1;
   static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
   // The single pass holds no dq registers across steps and takes 64 queries (at d 128, 8 bytes
   // spilled against 52 for the two-pass kernel with 64): half the barriers and dS round trips per
