@@ -78,31 +78,34 @@ struct BwdDqTileSm80 {
   static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = kHeadDim <= 128 ? 64 : 32;
 };
 
-// sm80 backward, dk/dv pass: kWarps warps of 16 key rows (kBlockN = 16 * kWarps; the single
-// pass's column split puts kSinglePassColSplit warps on each 16 keys) sweep kBlockM queries per
-// step. Each thread holds dk and dv for its columns plus S^T and dP^T; above d 128 full-width dk
-// and dv alone would need 256 registers, so the columns split: over kOutSplit CTAs in the two-pass
-// kernel (each recomputes S^T and dP^T), over warps in the single pass. Two-pass query steps of 32
-// above d 64: with 64, S^T and dP^T spill at d 128.
+// sm80 backward, dk/dv pass. Two-pass kernel (deterministic): kWarps warps of 16 key rows
+// (kBlockN = 16 * kWarps) sweep kBlockM queries per step; each thread holds dk and dv for its
+// columns plus S^T and dP^T; above d 128 full-width dk and dv alone would need 256 registers, so
+// the columns split over kOutSplit CTAs (each recomputes S^T and dP^T). Query steps of 32 above
+// d 64: with 64, S^T and dP^T spill at d 128.
 template <int kHeadDim>
 struct BwdDkvTileSm80 {
-  // The single pass (dq by atomics) takes 8 warps, 128 keys per CTA up to d 128 (64 above, with
-  // the column split): its atomics scale with the queries and columns per key tile, and 4-warp
-  // 64-key tiles measured 0.8x the two passes.
-  static constexpr int kWarps = 4, kSinglePassWarps = 8, kWarpMTiles = 1;
-  static constexpr int kSinglePassWarpMTiles = 1;
-  // The single pass's dq = dS K: m16 tiles of dq rows per warp.
-  static constexpr int kDqWarpMTiles = 1;
+  static constexpr int kWarps = 4, kWarpMTiles = 1;
   static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
-  // The single pass holds no dq registers across steps and takes 64 queries (at d 128, 8 bytes
-  // spilled against 52 for the two-pass kernel with 64): half the barriers and dS round trips per
-  // FLOP of 32-query steps.
-  static constexpr int kSinglePassBlockM = 64;
   static constexpr int kOutSplit = kHeadDim <= 128 ? 1 : 2;
-  // Above d 128 the single pass splits the columns over warp pairs within the CTA (64 keys, each
-  // warp 16 keys x half the columns) instead of over kOutSplit CTAs, which would recompute S^T and
-  // dP^T: 5 matrix products per step instead of 7.
-  static constexpr int kSinglePassColSplit = kHeadDim <= 128 ? 1 : 2;
+  // The single pass (dq by atomics): 8 warps in kSinglePassColSplit column parts of key groups of
+  // kSinglePassWarpMTiles m16 tiles. A warp computes S^T and dP^T for its keys and its part of the
+  // step's kSinglePassBlockM queries and holds dk / dv for its keys and its part of the columns; P^T
+  // and dS^T meet in shared memory (FlashAttention-2's layout). 8 warps: the atomics scale with the
+  // queries and columns per key tile (4-warp 64-key tiles measured 0.8x the two passes). Split
+  // columns rather than CTAs that recompute S^T and dP^T (5 products per step instead of 7).
+  static constexpr int kSinglePassWarps = 8;
+  // Up to d 128 two m16 tiles per warp, 128 keys per CTA (32 x 32 warp tiles of S^T at d 128, 152
+  // ldmatrix per warp-step against 184 for 16 keys x 64 queries with P^T and dS^T in registers):
+  // 1.05-1.06x at d 128 and 1.02-1.03x at d 64. Above, one (64 keys): dk and dv fill the registers.
+  static constexpr int kSinglePassWarpMTiles = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kSinglePassColSplit = 2;
+  // 64 queries per step: half the barriers and dS round trips per FLOP of 32-query steps.
+  static constexpr int kSinglePassBlockM = 64;
+  // dq = dS K: m16 tiles of dq rows per warp. Two above d 64 (32 x 32 warp tiles at d 128: 32
+  // ldmatrix against 40 for 16 x 64; measured +4-5% at d 128, +2-3% at d 256), one at d 64 (the
+  // same count either way; two measured 2% slower).
+  static constexpr int kDqWarpMTiles = kHeadDim <= 64 ? 1 : 2;
 };
 
 }  // namespace flashattn::cuda
