@@ -1,7 +1,8 @@
 // Launcher of the sm80 backward's main kernels for one (head dim, dtype), on the caller's stream:
 // the single dk/dv pass that adds dq by atomics (cleared accumulator before, dq conversion after)
-// when the workspace has a dq accumulator and the device's shared memory per block holds its tile
-// (an A100's 163 KB does up to d 160); otherwise the dq pass then the dk/dv pass. launch_bwd.cu
+// when the workspace has a dq accumulator and the device's shared memory per block holds its tile,
+// or else its compact tile (up to d 128: an A100's 163 KB holds the single pass up to d 160, an
+// RTX 30/40's 99 KB up to d 64, tile_size.h); otherwise the dq pass then the dk/dv pass. launch_bwd.cu
 // runs the row-statistics kernel before (both schedules read its output). The generated
 // instantiation files include this header and instantiate run_bwd_sm80 once each.
 #pragma once
@@ -30,16 +31,25 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   auto dkv_grid = [&](int block_n, int out_split) {
     return dim3((p.max_stored_k + block_n - 1) / block_n * out_split, p.heads_kv, p.batch);
   };
-  using Single = BwdDkvSm80<kHeadDim, Element, true>;
-  if (p.dq_accum != nullptr &&
-      Single::kSmemBytes <= device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, -1, "shared memory per block")) {
+  using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass>;
+  using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
+  auto launch_single = [&](auto kernel, auto tile) {
+    using Tile = decltype(tile);
     clear_dq_accum(p, stream);
-    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, dkv_grid(Single::kBlockN, Single::kOutSplit),
-                      Single::kThreads, Single::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+    launch_bwd_kernel(kernel, dkv_grid(Tile::kBlockN, Tile::kOutSplit), Tile::kThreads, Tile::kSmemBytes, p, stream,
+                      "backward dk/dv/dq kernel");
     launch_bwd_dq_convert(p, std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16, stream);
-    return;
+  };
+  if (p.dq_accum != nullptr) {
+    const int smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, -1, "shared memory per block");
+    if (Single::kSmemBytes <= smem) {
+      return launch_single(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, Single{});
+    }
+    if constexpr (BwdDkvTileSm80<kHeadDim>::kHasCompact) {
+      if (Compact::kSmemBytes <= smem) return launch_single(bwd_dkdv_kernel_sm80<Compact, kScoreMods, true>, Compact{});
+    }
   }
-  using Dkv = BwdDkvSm80<kHeadDim, Element, false>;
+  using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;
   launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>,
                     dim3((p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, p.batch),
                     Dq::kThreads, Dq::kSmemBytes, p, stream, "backward dq kernel");

@@ -51,24 +51,28 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
 // dk/dv pass: a CTA owns kBlockN keys of one kv head (and kCtaCols of the kOutSplit column
 // slices of dk and dv) and sweeps the queries of the group's heads in kBlockM steps, with Q,
 // dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T.
-// kSinglePass: the variant that also adds dq by atomics, with its own warp count. Its warps may
-// split the columns (kColSplit > 1, large head dims): kColSplit warps share 16 keys, each
-// computes S^T and dP^T for its share of the step's queries and holds dk and dv for its share of
-// the columns, and P^T and dS^T meet in shared memory (FlashAttention-2's layout) instead of
-// each CTA of a column slice recomputing S^T and dP^T.
-template <int kHeadDim, class Element, bool kSinglePass>
+// The single pass (and its compact tile) also adds dq by atomics, with its own warp count. Its
+// warps may split the columns (kColSplit > 1): kColSplit warps share kWarpMTiles m16 tiles of
+// keys, each computes S^T and dP^T for its share of the step's queries and holds dk and dv for
+// its share of the columns, and P^T and dS^T meet in shared memory (FlashAttention-2's layout)
+// instead of each CTA of a column slice recomputing S^T and dP^T.
+enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
+template <int kHeadDim, class Element, BwdDkvSchedule kSchedule>
 using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
-                               kSinglePass ? BwdDkvTileSm80<kHeadDim>::kSinglePassWarps
-                                           : BwdDkvTileSm80<kHeadDim>::kWarps>;
-template <int kHeadDim, class Element, bool kSinglePass>
-struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
-  using Base = BwdDkvBase<kHeadDim, Element, kSinglePass>;
+                               kSchedule == BwdDkvSchedule::kTwoPass ? BwdDkvTileSm80<kHeadDim>::kWarps
+                                                                     : BwdDkvTileSm80<kHeadDim>::kSinglePassWarps>;
+template <int kHeadDim, class Element, BwdDkvSchedule kSchedule>
+struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSchedule> {
+  using Base = BwdDkvBase<kHeadDim, Element, kSchedule>;
   using Tile = BwdDkvTileSm80<kHeadDim>;
-  static constexpr int kWarpMTiles = kSinglePass ? Tile::kSinglePassWarpMTiles : Tile::kWarpMTiles;
-  static constexpr int kColSplit = kSinglePass ? Tile::kSinglePassColSplit : 1;
+  static constexpr bool kSinglePass = kSchedule != BwdDkvSchedule::kTwoPass;
+  static constexpr bool kCompact = kSchedule == BwdDkvSchedule::kSinglePassCompact;
+  static constexpr int kWarpMTiles =
+      kCompact ? Tile::kCompactWarpMTiles : (kSinglePass ? Tile::kSinglePassWarpMTiles : Tile::kWarpMTiles);
+  static constexpr int kColSplit = kCompact ? Tile::kCompactColSplit : (kSinglePass ? Tile::kSinglePassColSplit : 1);
   static constexpr int kKeyGroups = Base::kWarps / kColSplit;
   static constexpr int kBlockN = kKeyGroups * 16 * kWarpMTiles;
-  static constexpr int kBlockM = kSinglePass ? Tile::kSinglePassBlockM : Tile::kBlockM;
+  static constexpr int kBlockM = kCompact ? Tile::kCompactBlockM : (kSinglePass ? Tile::kSinglePassBlockM : Tile::kBlockM);
   static constexpr int kOutSplit = kSinglePass ? 1 : Tile::kOutSplit;
   static constexpr int kCtaCols = kHeadDim / kOutSplit;
   static constexpr int kWarpCols = kCtaCols / kColSplit;   // dk / dv columns per warp
@@ -83,7 +87,7 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSinglePass> {
   static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
   // dS^T in the single pass, and P^T with split columns; none for the two-pass kernel.
   static constexpr int kStagedTiles = !kSinglePass ? 0 : (kColSplit > 1 ? 2 : 1);
-  static constexpr int kDqWarpMTiles = Tile::kDqWarpMTiles;
+  static constexpr int kDqWarpMTiles = kCompact ? Tile::kCompactDqWarpMTiles : Tile::kDqWarpMTiles;
   static constexpr int kDqMWarps = kBlockM / 16 / kDqWarpMTiles;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMWarps;

@@ -94,18 +94,29 @@ struct BwdDkvTileSm80 {
   // and dS^T meet in shared memory (FlashAttention-2's layout). 8 warps: the atomics scale with the
   // queries and columns per key tile (4-warp 64-key tiles measured 0.8x the two passes). Split
   // columns rather than CTAs that recompute S^T and dP^T (5 products per step instead of 7).
+  // Measured on an H100, docs/performance.md (backward v7).
   static constexpr int kSinglePassWarps = 8;
-  // Up to d 128 two m16 tiles per warp, 128 keys per CTA (32 x 32 warp tiles of S^T at d 128, 152
-  // ldmatrix per warp-step against 184 for 16 keys x 64 queries with P^T and dS^T in registers):
-  // 1.05-1.06x at d 128 and 1.02-1.03x at d 64. Above, one (64 keys): dk and dv fill the registers.
-  static constexpr int kSinglePassWarpMTiles = kHeadDim <= 128 ? 2 : 1;
-  static constexpr int kSinglePassColSplit = 2;
-  // 64 queries per step: half the barriers and dS round trips per FLOP of 32-query steps.
-  static constexpr int kSinglePassBlockM = 64;
+  // Up to d 128 two m16 tiles of keys per warp, two column parts: 128 keys per CTA (32 x 32 warp
+  // tiles of S^T at d 128: 152 ldmatrix per warp-step against 184 for 16 keys x 64 queries with
+  // P^T and dS^T in registers; 1.05-1.06x). Above d 128 dk and dv take 2 x 64 floats per thread
+  // for 32 keys at a quarter of the columns: two m16 tiles, four column parts, 64 keys (dV / dK
+  // read 24 ldmatrix per warp-step instead of 36 for 16 keys x half the columns; 1.02-1.04x).
+  static constexpr int kSinglePassWarpMTiles = 2;
+  static constexpr int kSinglePassColSplit = kHeadDim <= 128 ? 2 : 4;
+  // Queries per step: 64 (half the barriers and dS round trips per FLOP of 32-query steps); 128 at
+  // d 64, where S^T and dP^T fit twice as many (1.02-1.05x; the score-modifier instantiation
+  // spills 828 bytes there).
+  static constexpr int kSinglePassBlockM = kHeadDim <= 64 ? 128 : 64;
   // dq = dS K: m16 tiles of dq rows per warp. Two above d 64 (32 x 32 warp tiles at d 128: 32
-  // ldmatrix against 40 for 16 x 64; measured +4-5% at d 128, +2-3% at d 256), one at d 64 (the
-  // same count either way; two measured 2% slower).
+  // ldmatrix against 40 for 16 x 64; +4-5% at d 128, +2-3% at d 256), one at d 64 (the same count
+  // either way; two measured 2% slower).
   static constexpr int kDqWarpMTiles = kHeadDim <= 64 ? 1 : 2;
+  // The compact single pass, for devices whose shared memory per block cannot hold the tile above
+  // (an A100's 163 KB at d 64 and 128: 178 and 173 KB) but holds this one (91 and 155 KB): one m16
+  // tile of 16 keys per warp with P^T and dS^T in registers (v6's tile), 64 queries per step.
+  static constexpr bool kHasCompact = kHeadDim <= 128;
+  static constexpr int kCompactWarpMTiles = 1, kCompactColSplit = 1, kCompactBlockM = 64;
+  static constexpr int kCompactDqWarpMTiles = 1;
 };
 
 }  // namespace flashattn::cuda
