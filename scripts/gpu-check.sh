@@ -51,6 +51,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 gtest_flags=()
 [ -f /usr/include/gtest/gtest.h ] || gtest_flags=(-DGTEST_ROOT="$PWD/.deps/gtest")
 start=$(date +%s)
+# Always from scratch: a warm machine keeps build-gpu, but the tree it receives carries this
+# machine's file times, older than the objects there, so ninja would keep stale kernels.
+rm -rf build-gpu
 cmake -S . -B build-gpu -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
   -DCUTLASS_DIR="$PWD/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$dims" \
   -DFLASHATTN_DTYPES="$dtypes" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
