@@ -5,8 +5,8 @@
 // bitwise reproducible. It reads the row-statistics kernel's output. Two modes: after the dq pass
 // (deterministic), or as the single pass of the backward (kDqAtomic: it also stages dS^T in shared
 // memory and adds dq = dS K into an f32 accumulator by atomics, which FlashAttention-2 does too:
-// 5 matrix products per tile instead of 7; above d 128 its warps split the columns,
-// mainloop_bwd_sm80.h).
+// 5 matrix products per tile instead of 7; its warps split the columns and exchange P^T and dS^T
+// in shared memory, except in the compact tile for smaller devices, mainloop_bwd_sm80.h).
 #pragma once
 
 #include <cstdint>
