@@ -31,7 +31,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   auto dkv_grid = [&](int block_n, int out_split) {
     return dim3((p.max_stored_k + block_n - 1) / block_n * out_split, p.heads_kv, p.batch);
   };
-  using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass>;
+  using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass, kScoreMods>;
   using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
   auto launch_single = [&](auto kernel, auto tile) {
     using Tile = decltype(tile);

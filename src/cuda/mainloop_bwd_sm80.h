@@ -61,7 +61,9 @@ template <int kHeadDim, class Element, BwdDkvSchedule kSchedule>
 using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
                                kSchedule == BwdDkvSchedule::kTwoPass ? BwdDkvTileSm80<kHeadDim>::kWarps
                                                                      : BwdDkvTileSm80<kHeadDim>::kSinglePassWarps>;
-template <int kHeadDim, class Element, BwdDkvSchedule kSchedule>
+// kScoreMods: the tile of the instantiation with score modifiers (softcap, ALiBi, dropout), whose
+// registers may call for a smaller step.
+template <int kHeadDim, class Element, BwdDkvSchedule kSchedule, bool kScoreMods = false>
 struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSchedule> {
   using Base = BwdDkvBase<kHeadDim, Element, kSchedule>;
   using Tile = BwdDkvTileSm80<kHeadDim>;
@@ -72,7 +74,8 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSchedule> {
   static constexpr int kColSplit = kCompact ? Tile::kCompactColSplit : (kSinglePass ? Tile::kSinglePassColSplit : 1);
   static constexpr int kKeyGroups = Base::kWarps / kColSplit;
   static constexpr int kBlockN = kKeyGroups * 16 * kWarpMTiles;
-  static constexpr int kBlockM = kCompact ? Tile::kCompactBlockM : (kSinglePass ? Tile::kSinglePassBlockM : Tile::kBlockM);
+  static constexpr int kBlockM =
+      kCompact ? Tile::kCompactBlockM : (kSinglePass ? Tile::single_pass_block_m(kScoreMods) : Tile::kBlockM);
   static constexpr int kOutSplit = kSinglePass ? 1 : Tile::kOutSplit;
   static constexpr int kCtaCols = kHeadDim / kOutSplit;
   static constexpr int kWarpCols = kCtaCols / kColSplit;   // dk / dv columns per warp

@@ -104,9 +104,9 @@ struct BwdDkvTileSm80 {
   static constexpr int kSinglePassWarpMTiles = 2;
   static constexpr int kSinglePassColSplit = kHeadDim <= 128 ? 2 : 4;
   // Queries per step: 64 (half the barriers and dS round trips per FLOP of 32-query steps); 128 at
-  // d 64, where S^T and dP^T fit twice as many (1.02-1.05x; the score-modifier instantiation
-  // spills 828 bytes there).
-  static constexpr int kSinglePassBlockM = kHeadDim <= 64 ? 128 : 64;
+  // d 64 without score modifiers, where S^T and dP^T fit twice as many (1.02-1.05x). The score
+  // modifiers' instantiation keeps 64 there: with 128 it spills 828 bytes (44 with 64; not timed).
+  static constexpr int single_pass_block_m(bool score_mods) { return kHeadDim <= 64 && !score_mods ? 128 : 64; }
   // dq = dS K: m16 tiles of dq rows per warp. Two above d 64 (32 x 32 warp tiles at d 128: 32
   // ldmatrix against 40 for 16 x 64; +4-5% at d 128, +2-3% at d 256), one at d 64 (the same count
   // either way; two measured 0.99x with 64-query steps, 1.00-1.01x with 128).
