@@ -45,7 +45,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     if (Single::kSmemBytes <= smem) {
       return launch_single(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, Single{});
     }
-    if constexpr (BwdDkvTileSm80<kHeadDim>::kHasCompact) {
+    if constexpr (bwd_has_compact_tile(kHeadDim)) {
       if (Compact::kSmemBytes <= smem) return launch_single(bwd_dkdv_kernel_sm80<Compact, kScoreMods, true>, Compact{});
     }
   }

@@ -50,33 +50,21 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
 
 // dk/dv pass: a CTA owns kBlockN keys of one kv head (and kCtaCols of the kOutSplit column
 // slices of dk and dv) and sweeps the queries of the group's heads in kBlockM steps, with Q,
-// dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T.
-// The single pass (and its compact tile) also adds dq by atomics, with its own warp count. Its
-// warps may split the columns (kColSplit > 1): kColSplit warps share kWarpMTiles m16 tiles of
-// keys, each computes S^T and dP^T for its share of the step's queries and holds dk and dv for
-// its share of the columns, and P^T and dS^T meet in shared memory (FlashAttention-2's layout)
-// instead of each CTA of a column slice recomputing S^T and dP^T.
-enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
-template <int kHeadDim, class Element, BwdDkvSchedule kSchedule>
-using BwdDkvBase = BwdSm80Base<kHeadDim, Element,
-                               kSchedule == BwdDkvSchedule::kTwoPass ? BwdDkvTileSm80<kHeadDim>::kWarps
-                                                                     : BwdDkvTileSm80<kHeadDim>::kSinglePassWarps>;
-// kScoreMods: the tile of the instantiation with score modifiers (softcap, ALiBi, dropout), whose
-// registers may call for a smaller step.
+// dout and their statistics double-buffered. The warps' rows are keys: S^T = K Q^T. The shape of
+// each schedule (warp layout, steps) is the tile table's (tile_size.h); the single pass (and its
+// compact tile) also adds dq by atomics. kScoreMods: the tile of the instantiation with score
+// modifiers (softcap, ALiBi, dropout), whose registers may call for a smaller step.
 template <int kHeadDim, class Element, BwdDkvSchedule kSchedule, bool kScoreMods = false>
-struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSchedule> {
-  using Base = BwdDkvBase<kHeadDim, Element, kSchedule>;
-  using Tile = BwdDkvTileSm80<kHeadDim>;
+struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods).warps> {
+  using Base = BwdSm80Base<kHeadDim, Element, bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods).warps>;
+  static constexpr BwdDkvShape kShape = bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods);
   static constexpr bool kSinglePass = kSchedule != BwdDkvSchedule::kTwoPass;
-  static constexpr bool kCompact = kSchedule == BwdDkvSchedule::kSinglePassCompact;
-  static constexpr int kWarpMTiles =
-      kCompact ? Tile::kCompactWarpMTiles : (kSinglePass ? Tile::kSinglePassWarpMTiles : Tile::kWarpMTiles);
-  static constexpr int kColSplit = kCompact ? Tile::kCompactColSplit : (kSinglePass ? Tile::kSinglePassColSplit : 1);
+  static constexpr int kWarpMTiles = kShape.warp_m_tiles;
+  static constexpr int kColSplit = kShape.col_split;
   static constexpr int kKeyGroups = Base::kWarps / kColSplit;
   static constexpr int kBlockN = kKeyGroups * 16 * kWarpMTiles;
-  static constexpr int kBlockM =
-      kCompact ? Tile::kCompactBlockM : (kSinglePass ? Tile::single_pass_block_m(kScoreMods) : Tile::kBlockM);
-  static constexpr int kOutSplit = kSinglePass ? 1 : Tile::kOutSplit;
+  static constexpr int kBlockM = kShape.block_m;
+  static constexpr int kOutSplit = kShape.out_split;
   static constexpr int kCtaCols = kHeadDim / kOutSplit;
   static constexpr int kWarpCols = kCtaCols / kColSplit;   // dk / dv columns per warp
   static constexpr int kWarpQueries = kBlockM / kColSplit;  // S^T / dP^T columns per warp
@@ -90,7 +78,7 @@ struct BwdDkvSm80 : BwdDkvBase<kHeadDim, Element, kSchedule> {
   static constexpr int kDsStride = kBlockM + 8;  // 16 bytes of padding: conflict-free ldmatrix
   // dS^T in the single pass, and P^T with split columns; none for the two-pass kernel.
   static constexpr int kStagedTiles = !kSinglePass ? 0 : (kColSplit > 1 ? 2 : 1);
-  static constexpr int kDqWarpMTiles = kCompact ? Tile::kCompactDqWarpMTiles : Tile::kDqWarpMTiles;
+  static constexpr int kDqWarpMTiles = kShape.dq_warp_m_tiles;
   static constexpr int kDqMWarps = kBlockM / 16 / kDqWarpMTiles;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMWarps;

@@ -78,45 +78,48 @@ struct BwdDqTileSm80 {
   static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = kHeadDim <= 128 ? 64 : 32;
 };
 
-// sm80 backward, dk/dv pass. Two-pass kernel (deterministic): kWarps warps of 16 key rows
-// (kBlockN = 16 * kWarps) sweep kBlockM queries per step; each thread holds dk and dv for its
-// columns plus S^T and dP^T; above d 128 full-width dk and dv alone would need 256 registers, so
-// the columns split over kOutSplit CTAs (each recomputes S^T and dP^T). Query steps of 32 above
-// d 64: with 64, S^T and dP^T spill at d 128.
-template <int kHeadDim>
-struct BwdDkvTileSm80 {
-  static constexpr int kWarps = 4, kWarpMTiles = 1;
-  static constexpr int kBlockM = kHeadDim <= 64 ? 64 : 32;
-  static constexpr int kOutSplit = kHeadDim <= 128 ? 1 : 2;
-  // The single pass (dq by atomics): 8 warps in kSinglePassColSplit column parts of key groups of
-  // kSinglePassWarpMTiles m16 tiles. A warp computes S^T and dP^T for its keys and its part of the
-  // step's kSinglePassBlockM queries and holds dk / dv for its keys and its part of the columns; P^T
-  // and dS^T meet in shared memory (FlashAttention-2's layout). 8 warps: the atomics scale with the
-  // queries and columns per key tile (4-warp 64-key tiles measured 0.8x the two passes). Split
-  // columns rather than CTAs that recompute S^T and dP^T (5 products per step instead of 7).
-  // Measured on an H100, docs/performance.md (backward v7).
-  static constexpr int kSinglePassWarps = 8;
-  // Up to d 128 two m16 tiles of keys per warp, two column parts: 128 keys per CTA (32 x 32 warp
-  // tiles of S^T at d 128: 152 ldmatrix per warp-step against 184 for 16 keys x 64 queries with
-  // P^T and dS^T in registers; 1.05-1.06x). Above d 128 dk and dv take 2 x 64 floats per thread
-  // for 32 keys at a quarter of the columns: two m16 tiles, four column parts, 64 keys (dV / dK
-  // read 24 ldmatrix per warp-step instead of 36 for 16 keys x half the columns; 1.02-1.04x).
-  static constexpr int kSinglePassWarpMTiles = 2;
-  static constexpr int kSinglePassColSplit = kHeadDim <= 128 ? 2 : 4;
-  // Queries per step: 64 (half the barriers and dS round trips per FLOP of 32-query steps); 128 at
-  // d 64 without score modifiers, where S^T and dP^T fit twice as many (1.02-1.05x). The score
-  // modifiers' instantiation keeps 64 there: with 128 it spills 828 bytes (44 with 64; not timed).
-  static constexpr int single_pass_block_m(bool score_mods) { return kHeadDim <= 64 && !score_mods ? 128 : 64; }
-  // dq = dS K: m16 tiles of dq rows per warp. Two above d 64 (32 x 32 warp tiles at d 128: 32
-  // ldmatrix against 40 for 16 x 64; +4-5% at d 128, +2-3% at d 256), one at d 64 (the same count
-  // either way; two measured 0.99x with 64-query steps, 1.00-1.01x with 128).
-  static constexpr int kDqWarpMTiles = kHeadDim <= 64 ? 1 : 2;
-  // The compact single pass, for devices whose shared memory per block cannot hold the tile above
-  // (an A100's 163 KB at d 64 and 128: 178 and 173 KB) but holds this one (91 and 155 KB): one m16
-  // tile of 16 keys per warp with P^T and dS^T in registers (v6's tile), 64 queries per step.
-  static constexpr bool kHasCompact = kHeadDim <= 128;
-  static constexpr int kCompactWarpMTiles = 1, kCompactColSplit = 1, kCompactBlockM = 64;
-  static constexpr int kCompactDqWarpMTiles = 1;
+// sm80 backward, dk/dv pass: one shape per schedule. A CTA of `warps` warps holds
+// warps / col_split key groups of warp_m_tiles m16 tiles (kBlockN keys) and sweeps block_m
+// queries per step. A warp computes S^T and dP^T for its keys and its 1 / col_split of the step's
+// queries and holds dk / dv for its keys and its 1 / col_split of the columns (col_split > 1: P^T
+// and dS^T meet in shared memory, FlashAttention-2's layout). out_split: column slices over CTAs
+// (each recomputes S^T and dP^T). dq_warp_m_tiles: the single pass's dq = dS K, m16 tiles of dq
+// rows per warp. Measured on an H100, docs/performance.md (backward v1-v7).
+enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
+struct BwdDkvShape {
+  int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles;
 };
+template <int kHeadDim>
+constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
+  switch (schedule) {
+    case BwdDkvSchedule::kTwoPass:
+      // Deterministic, after the dq pass: 4 warps of 16 keys, P^T and dS^T in registers. Above
+      // d 128 full-width dk and dv alone would need 256 registers, so two CTAs split the columns.
+      // Query steps of 32 above d 64: with 64, S^T and dP^T spill at d 128.
+      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1};
+    case BwdDkvSchedule::kSinglePass:
+      // dq by atomics. 8 warps: the atomics scale with the queries and columns per key tile
+      // (4-warp 64-key tiles measured 0.8x the two passes); columns split over warps rather than
+      // CTAs (5 products per step instead of 7). Two m16 tiles of keys per warp: up to d 128 two
+      // column parts, 128 keys (32 x 32 warp tiles of S^T at d 128: 152 ldmatrix per warp-step
+      // against 184 for 16 keys x 64 queries with P^T and dS^T in registers; 1.05-1.06x); above,
+      // four parts, 64 keys (dk and dv 2 x 64 floats per thread; dV / dK read 24 ldmatrix per
+      // warp-step instead of 36 for 16 keys x half the columns; 1.02-1.04x). Query steps of 64
+      // (half the barriers and dS round trips per FLOP of 32), 128 at d 64 without score
+      // modifiers (1.02-1.05x; with them 128 spills 828 bytes, 64 spills 44; not timed). dq warps
+      // of two m16 tiles above d 64 (32 x 32 at d 128: 32 ldmatrix against 40 for 16 x 64; +4-5%
+      // at d 128, +2-3% at d 256), one at d 64 (the same count either way; two measured 0.99x with
+      // 64-query steps, 1.00-1.01x with 128).
+      return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1, kHeadDim <= 64 ? 1 : 2};
+    case BwdDkvSchedule::kSinglePassCompact:
+      // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
+      // d 64 and 128: 178 and 173 KB) but holds this (91 and 155 KB; bwd_has_compact_tile): v6's
+      // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
+      return {8, 1, 1, 64, 1, 1};
+  }
+  return {};
+}
+// Above d 128 the compact shape's full-width dk and dv would not fit the registers.
+constexpr bool bwd_has_compact_tile(int head_dim) { return head_dim <= 128; }
 
 }  // namespace flashattn::cuda
