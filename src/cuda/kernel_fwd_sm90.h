@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   auto& acc_o = *reinterpret_cast<float(*)[1][K::kDTiles][4]>(raw_pointer_cast(tOrO.data()));
   const bool releases = tid % 128 == 0;  // one arrival per consumer warpgroup on the empty barriers
 
-  // Turns at the tensor cores (ping-pong): warpgroup w waits on turn barrier w for the other
+  // Turns at the tensor cores (ping-pong, two consumer warpgroups; three issue freely):
+  // warpgroup w waits on turn barrier w for the other
   // warpgroup's arrival (its products issued), issues its own and arrives on the other's barrier.
   // The turns run on across work items: both warpgroups take the same turns (n_keys + 1 per item,
   // one empty turn for an item without keys); warpgroup 1 opens the first and warpgroup 0 takes
@@ -264,7 +265,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
-      if (n_block < w.unmasked.min || n_block >= w.unmasked.max) apply_mask(s, score_mod(p, w.slope), origin);
+      if (n_block < w.unmasked.min || n_block >= w.unmasked.max) {
+        apply_mask</*kRelativeRange=*/true>(s, score_mod(p, w.slope), origin);
+      }
       softmax.update_scores(
           s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
     };

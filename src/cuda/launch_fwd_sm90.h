@@ -56,14 +56,21 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                       "sm90 forward kernel");
 }
 
+// Where a head dim has a wide tile (tile_size.h), it serves the plain scores of unmasked calls
+// and of masked ones with many query rows.
+inline bool fwd_sm90_wide_serves(const FwdParams& p) {
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;
+  return !masked || p.seqlen_q >= kFwdSm90WideMinMaskedRows;
+}
+
 template <int kHeadDim, class Element>
 void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using K = FwdSm90<kHeadDim, Element>;
-  if (p.softcap > 0.f || p.alibi_slopes != nullptr) {
-    launch_sm90<K, true>(p, stream);
-  } else {
-    launch_sm90<K, false>(p, stream);
+  if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true>(p, stream);
+  if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
+    if (fwd_sm90_wide_serves(p)) return launch_sm90<FwdSm90<kHeadDim, Element, true>, false>(p, stream);
   }
+  launch_sm90<K, false>(p, stream);
 }
 
 }  // namespace flashattn::cuda

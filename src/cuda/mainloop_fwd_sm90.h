@@ -2,6 +2,7 @@
 // wgmma), the two warpgroup matrix products and the TMA copy types of one instantiation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,25 +15,30 @@
 
 namespace flashattn::cuda {
 
-template <int kHeadDim_, class Element_>
+// kWide: the wide tile (FwdWideTileSm90) instead of the table's.
+template <int kHeadDim_, class Element_, bool kWide = false>
 struct FwdSm90 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumerWarpgroups = FwdTileSm90<kHeadDim>::kConsumerWarpgroups;
+  using Tile = std::conditional_t<kWide, FwdWideTileSm90<kHeadDim>, FwdTileSm90<kHeadDim>>;
+  static constexpr int kConsumerWarpgroups = Tile::kConsumerWarpgroups;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
-  static constexpr int kBlockN = FwdTileSm90<kHeadDim>::kBlockN;
-  static constexpr int kStages = FwdTileSm90<kHeadDim>::kStages;
+  static constexpr int kBlockN = Tile::kBlockN;
+  static constexpr int kStages = Tile::kStages;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with: the
   // kernel's register count, which __launch_bounds__(kThreads, 1) caps at 65536 / kThreads rounded
-  // down to a multiple of 8 (168 for 384 threads: 64,512). A budget above the pool makes the
-  // consumers' setmaxnreg.inc wait forever. The producer thread keeps the work-item and ring
-  // state of the persistent loop (it spilled at 32), the consumers S, P and O.
+  // down to a multiple of 8 (168 for 384 threads: 64,512; 128 for 512). A budget above the pool
+  // makes the consumers' setmaxnreg.inc wait forever. The producer thread keeps the work-item and
+  // ring state of the persistent loop (it spilled at 32), the consumers S, P and O: what the pool
+  // leaves them, up to setmaxnreg's 240 (240 with two consumer warpgroups, 160 with three).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters =
+      std::min(240, (kLaunchRegisters * kThreads - kProducerRegisters * 128) / kConsumerThreads / 8 * 8);
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= kLaunchRegisters * kThreads,
                 "setmaxnreg must stay within the registers the CTA was launched with");
   static_assert(kHeadDim % 32 == 0, "wgmma tiles need head dims in multiples of 32");

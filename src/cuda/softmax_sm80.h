@@ -66,7 +66,11 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
 }
 
 // s <- -inf outside each row's kept keys; each row's range is computed once, in 32 bits.
-template <int kM, int kNTiles>
+// kRelativeRange: the range is taken relative to the thread's first column, so that each element
+// compares a constant (its column's offset) with it and no column is held in a register (the sm90a
+// wide tile spilled in this block otherwise); the sm80 kernels' register allocation is tuned to
+// the plain form (the relative one moves their spills by -28 to +16 bytes).
+template <bool kRelativeRange = false, int kM, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
                                            const FragmentOrigin& o) {
 #pragma unroll
@@ -74,12 +78,13 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = (o.row0 + mt * 16 + o.g + 8 * half) / o.pack;
-      const int lo = int(mod.first_key(i)) - o.col0, hi = int(mod.last_key(i)) - o.col0;
+      const int col = kRelativeRange ? o.col0 + 2 * o.t : o.col0;
+      const int lo = int(mod.first_key(i)) - col, hi = int(mod.last_key(i)) - col;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int jj = nt * 8 + 2 * o.t + e;
+          const int jj = nt * 8 + (kRelativeRange ? 0 : 2 * o.t) + e;
           if (jj < lo || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
         }
     }

@@ -55,8 +55,8 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // tile's K and V land while this one's products run.
 template <int kHeadDim>
 struct FwdTileSm90;
-// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. (FlashAttention-3
-// takes 192 rows with three consumer warpgroups here: to try.)
+// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. Calls with a mask
+// on few query rows only (FwdWideTileSm90 serves the others).
 template <> struct FwdTileSm90<64> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB.
 template <> struct FwdTileSm90<96> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
@@ -69,6 +69,25 @@ template <> struct FwdTileSm90<192> { static constexpr int kConsumerWarpgroups =
 // S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
 // (docs/performance.md, v5).
 template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2; };
+
+// The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
+// products without taking turns, so that two softmaxes run at once beside the tensor cores. At d 64
+// the exponentials, the tensor cores and instruction issue take about the same cycles per tile, and
+// one warpgroup's softmax outlasts the other's products: the turns leave the tensor cores idle.
+// 160 registers per consumer thread (S 64 + P 32 + O 32 floats fit). Measured on an H100 against
+// the turn-taking 128-row tile (docs/performance.md, sm90a v7): 1.02-1.12x without a mask, 1.05x
+// with a causal mask from 8k query rows, 1.00 at 4k and 0.82-0.96x below, where more of each
+// 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows. No
+// gain from 4 stages (0.99-1.01x).
+template <int kHeadDim>
+struct FwdWideTileSm90 {
+  static constexpr bool kExists = false;
+};
+template <> struct FwdWideTileSm90<64> {
+  static constexpr bool kExists = true;
+  static constexpr int kConsumerWarpgroups = 3, kBlockN = 128, kStages = 2;
+};
+constexpr int kFwdSm90WideMinMaskedRows = 4096;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
