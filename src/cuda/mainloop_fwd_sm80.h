@@ -36,7 +36,8 @@ struct FwdSm80 {
 // Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen
 // tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
 // Each thread keeps one column and walks its rows by pointer increments, so a tile costs one add
-// and one predicate per 16 bytes.
+// and one predicate per 16 bytes. (A separate unpredicated path for whole tiles was if-converted:
+// both forms of every copy were issued.)
 template <class K, int kRows>
 __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
                                                 const typename K::Element* row0,
@@ -46,14 +47,6 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
     const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
     const typename K::Element* src = row0 + r * row_stride + col;
     typename K::Element* dst = smem + r * K::kSmemStride + col;
-    if (valid_rows >= kRows && d >= K::kHeadDim) {  // a whole tile: no predicate per copy
-#pragma unroll
-      for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-        cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, src, true);
-        src += kRowsPerPass * row_stride;
-      }
-      return;
-    }
 #pragma unroll
     for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
       const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
