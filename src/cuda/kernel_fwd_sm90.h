@@ -182,9 +182,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   auto& acc_o = *reinterpret_cast<float(*)[1][K::kDTiles][4]>(raw_pointer_cast(tOrO.data()));
   const bool releases = tid % 128 == 0;  // one arrival per consumer warpgroup on the empty barriers
 
-  // Turns at the tensor cores (ping-pong, two consumer warpgroups; three issue freely):
-  // warpgroup w waits on turn barrier w for the other
-  // warpgroup's arrival (its products issued), issues its own and arrives on the other's barrier.
+  // Turns at the tensor cores (ping-pong; with two consumer warpgroups only, three issue freely):
+  // warpgroup w waits on turn barrier w for the other warpgroup's arrival (its products issued),
+  // issues its own and arrives on the other's barrier.
   // The turns run on across work items: both warpgroups take the same turns (n_keys + 1 per item,
   // one empty turn for an item without keys); warpgroup 1 opens the first and warpgroup 0 takes
   // up its last arrival at the end, so that every arrival meets a wait. An arrival never runs

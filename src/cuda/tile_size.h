@@ -55,8 +55,8 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // tile's K and V land while this one's products run.
 template <int kHeadDim>
 struct FwdTileSm90;
-// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. Calls with a mask
-// on few query rows only (FwdWideTileSm90 serves the others).
+// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
+// wide tile below does not: masked calls on fewer query rows, and softcap / ALiBi.
 template <> struct FwdTileSm90<64> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB.
 template <> struct FwdTileSm90<96> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
@@ -75,9 +75,9 @@ template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups =
 // the exponentials, the tensor cores and instruction issue take about the same cycles per tile, and
 // one warpgroup's softmax outlasts the other's products: the turns leave the tensor cores idle.
 // 160 registers per consumer thread (S 64 + P 32 + O 32 floats fit). Measured on an H100 against
-// the turn-taking 128-row tile (docs/performance.md, sm90a v7): 1.02-1.12x without a mask, 1.05x
-// with a causal mask from 8k query rows, 1.00 at 4k and 0.82-0.96x below, where more of each
-// 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows. No
+// the turn-taking 128-row tile (docs/performance.md, sm90a v7): 1.02-1.12x without a mask,
+// 1.03-1.05x with a causal mask from 8k query rows, 1.00 at 4k and 0.82-0.98x below, where more of
+// each 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows. No
 // gain from 4 stages (0.99-1.01x).
 template <int kHeadDim>
 struct FwdWideTileSm90 {
