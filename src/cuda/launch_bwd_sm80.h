@@ -33,20 +33,18 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   };
   using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass, kScoreMods>;
   using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
-  auto launch_single = [&](auto kernel, auto tile) {
+  auto launch_single = [&](auto tile) {  // the single pass on the tile of tile's type
     using Tile = decltype(tile);
     clear_dq_accum(p, stream);
-    launch_bwd_kernel(kernel, dkv_grid(Tile::kBlockN, Tile::kOutSplit), Tile::kThreads, Tile::kSmemBytes, p, stream,
-                      "backward dk/dv/dq kernel");
+    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dkv_grid(Tile::kBlockN, Tile::kOutSplit),
+                      Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
     launch_bwd_dq_convert(p, std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16, stream);
   };
   if (p.dq_accum != nullptr) {
     const int smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, -1, "shared memory per block");
-    if (Single::kSmemBytes <= smem) {
-      return launch_single(bwd_dkdv_kernel_sm80<Single, kScoreMods, true>, Single{});
-    }
+    if (Single::kSmemBytes <= smem) return launch_single(Single{});
     if constexpr (bwd_has_compact_tile(kHeadDim)) {
-      if (Compact::kSmemBytes <= smem) return launch_single(bwd_dkdv_kernel_sm80<Compact, kScoreMods, true>, Compact{});
+      if (Compact::kSmemBytes <= smem) return launch_single(Compact{});
     }
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;

@@ -54,10 +54,12 @@ struct BwdDqSm80 : BwdSm80Base<kHeadDim, Element, BwdDqTileSm80<kHeadDim>::kWarp
 // each schedule (warp layout, steps) is the tile table's (tile_size.h); the single pass (and its
 // compact tile) also adds dq by atomics. kScoreMods: the tile of the instantiation with score
 // modifiers (softcap, ALiBi, dropout), whose registers may call for a smaller step.
+template <int kHeadDim, BwdDkvSchedule kSchedule, bool kScoreMods>
+inline constexpr BwdDkvShape kBwdDkvShape = bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods);
 template <int kHeadDim, class Element, BwdDkvSchedule kSchedule, bool kScoreMods = false>
-struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods).warps> {
-  using Base = BwdSm80Base<kHeadDim, Element, bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods).warps>;
-  static constexpr BwdDkvShape kShape = bwd_dkv_shape<kHeadDim>(kSchedule, kScoreMods);
+struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSchedule, kScoreMods>.warps> {
+  static constexpr BwdDkvShape kShape = kBwdDkvShape<kHeadDim, kSchedule, kScoreMods>;
+  using Base = BwdSm80Base<kHeadDim, Element, kShape.warps>;
   static constexpr bool kSinglePass = kSchedule != BwdDkvSchedule::kTwoPass;
   static constexpr int kWarpMTiles = kShape.warp_m_tiles;
   static constexpr int kColSplit = kShape.col_split;
