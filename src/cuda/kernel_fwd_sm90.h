@@ -295,9 +295,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       warpgroup_wait<0>();
       softmax_tile(0);
       convert_p();
+      // O (tiles < i, at the old maxima) takes the last softmax's corrections before the next O
+      // product: with kRescaleInTurn in the turn, between the S and O products' issue, where it
+      // runs under the tensor cores' work instead of lengthening the softmax's span between turns
+      // (tile_size.h).
       for (int i = 1; i < n_keys; ++i) {
         turn_begin();
         issue_s(i);
+        if constexpr (K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
         issue_o(i - 1);
         turn_end();
         // S of tile i; O += P V of tile i - 1 may still run, reading tOrP. The score modifiers'
@@ -307,10 +312,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         softmax_tile(i);
         warpgroup_wait<0>();
         release_v(i - 1);
-        OnlineSoftmax<1>::rescale(acc_o, correction);  // O holds tiles < i, at the old max
+        if constexpr (!K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
         convert_p();
       }
       turn_begin();
+      if constexpr (K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
       issue_o(n_keys - 1);
       turn_end();
       warpgroup_wait<0>();

@@ -52,23 +52,43 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q
 // and kStages K and V tiles (at most 227 KB).
 // Every entry: two consumer warpgroups (128 query rows) and two K / V stages, so that the next
-// tile's K and V land while this one's products run.
+// tile's K and V land while this one's products run. kRescaleInTurn: O takes the softmax's
+// corrections in the warpgroup's turn at the tensor cores (after the S product's issue) rather than
+// right after the softmax, where it lengthens the span the other warpgroup's products must cover;
+// worth it where that span is the limit (d 128: 1.010-1.029x on the grid; d 256, whose products
+// outlast the softmax: 0.96-1.02x, no gain; docs/performance.md, sm90a v8).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
 // wide tile below does not: masked calls on fewer query rows, and softcap / ALiBi.
-template <> struct FwdTileSm90<64> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
-// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB.
-template <> struct FwdTileSm90<96> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
-template <> struct FwdTileSm90<128> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2; };
+template <> struct FwdTileSm90<64> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
+  static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
+};
+// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB. The softmax is the limit (d 96
+// follows d 128 here, not timed on its own).
+template <> struct FwdTileSm90<96> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
+  static constexpr bool kRescaleInTurn = true;
+};
+template <> struct FwdTileSm90<128> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
+  static constexpr bool kRescaleInTurn = true;
+};
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB. (112 keys, as
 // FlashAttention-3, 216 KB, spilled 96 bytes while Q's descriptors were held across the loop; it
 // compiles clean since v5: to time against 96.)
-template <> struct FwdTileSm90<192> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2; };
+template <> struct FwdTileSm90<192> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
+  static constexpr bool kRescaleInTurn = false;  // products outlast the softmax, as at d 256
+};
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
 // (docs/performance.md, v5).
-template <> struct FwdTileSm90<256> { static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2; };
+template <> struct FwdTileSm90<256> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
+  static constexpr bool kRescaleInTurn = false;
+};
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
 // products without taking turns, so that two softmaxes run at once beside the tensor cores. At d 64
@@ -86,6 +106,7 @@ struct FwdWideTileSm90 {
 template <> struct FwdWideTileSm90<64> {
   static constexpr bool kExists = true;
   static constexpr int kConsumerWarpgroups = 3, kBlockN = 128, kStages = 2;
+  static constexpr bool kRescaleInTurn = false;  // no turns: 0.94-0.99x with the rescale between the issues
 };
 constexpr int kFwdSm90WideMinMaskedRows = 4096;
 
