@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Reads a kernel's SASS on this machine, without a GPU: ours from a build folder's object files, or
-# FlashAttention-2's from PyTorch's wheel (its kernels are in libtorch_cuda.so), and prints its
-# instruction mix and its shape (runs of HMMA / HGMMA / LDSM / MUFU / STS / LDGSTS / REDG / BAR,
-# the rest as "alu"), for comparing the order of two kernels' steps (docs/performance.md, "FlashAttention-2's
-# backward step beside ours"). The whole function is printed: a loop's path is read from the shape.
-# Tools come from PyPI (cuobjdump; torch for FA2, 540 MB) into .deps/sass, once. Usage:
+# Reads a kernel's SASS on this machine, without a GPU: ours from a build folder's object files,
+# or FlashAttention-2's from PyTorch's wheel (its kernels are in libtorch_cuda.so); prints the
+# kernel's instruction mix and its shape (runs of HMMA, HGMMA, LDSM, LDS, STS, LDG, LDGSTS, REDG,
+# MUFU, BAR, DEPBAR and BRA, the rest as "alu"), to compare the order of two kernels' steps
+# (docs/performance.md, "FlashAttention-2's backward step beside ours"). The whole function is
+# printed: a loop's path is read from the shape by hand. Tools come from PyPI (cuobjdump and
+# nvdisasm; torch for FA2, 540 MB, its sm_90 cubins kept) into .deps/sass, once. Usage:
 #   scripts/sass-shape.sh ours BUILD_DIR TU KERNEL_SUBSTRING   (TU: e.g. bwd_sm80_hdim64_bf16)
-#   scripts/sass-shape.sh fa2 MANGLED_SUBSTRING                 (e.g. ILi256ELi64ELi64ELi8ELi4ELi2ELi2ELb0ELb0E)
-# Writes the SASS to .deps/sass/last.sass.
+#   scripts/sass-shape.sh fa2 MANGLED_SUBSTRING
+# The first kernel whose (mangled) name contains the substring is taken: give enough of it to name
+# one (performance.md lists the ones compared). Writes the SASS to .deps/sass/last.sass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=$PWD/.deps/sass
