@@ -124,7 +124,9 @@ typedef struct flashattn_attn_options {
  *           k/v [total_k, heads_kv, d] with cu_seqlens_k i32 [batch+1] and optional seqused_k
  *   cache : k/v [batch, seqlen_cache, heads_kv, d] with cache_seqlens i32 [batch], or paged
  *           k/v [num_blocks, block_size, heads_kv, d] with block_table i32 [batch, max_blocks]
- *   append: k_new/v_new [batch, seqlen_new, heads_kv, d] written into the cache at cache_seqlens
+ *           (v's last dimension: d_v)
+ *   append: k_new/v_new [batch, seqlen_new, heads_kv, d] (v_new: d_v) written into the cache at
+ *           cache_seqlens
  *           (rotated by rotary_cos/sin [seqlen_ro, rotary_dim/2] if given) before attention. */
 typedef struct flashattn_fwd_params {
   size_t struct_size; /* sizeof(flashattn_fwd_params): set by flashattn_fwd_params_init */

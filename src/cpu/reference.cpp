@@ -1,5 +1,5 @@
 // The naive CPU backend: full score rows, one (batch, query head) at a time. It defines the
-// semantics of GUIDE section 2; run with the low-precision policy it is the error baseline.
+// semantics of docs/semantics.md; run with the low-precision policy it is the error baseline.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -130,11 +130,12 @@ flashattn_dtype parse_dtype(const std::string& flag, const std::string& text) {
 
 flashattn_backend parse_backend(const std::string& flag, const std::string& text) {
   for (flashattn_backend backend : {FLASHATTN_BACKEND_AUTO, FLASHATTN_BACKEND_CPU,
-                                    FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CUDA,
-                                    FLASHATTN_BACKEND_CUDA_SM80}) {
+                                    FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CPU_REFERENCE_LOWP,
+                                    FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80}) {
     if (text == backend_name(backend)) return backend;
   }
-  throw UsageError(flag_text(flag) + ": expected auto, cpu, reference, cuda or cuda-sm80, got '" + text + "'");
+  throw UsageError(flag_text(flag) + ": expected auto, cpu, reference, reference-lowp, cuda or cuda-sm80, got '" +
+                   text + "'");
 }
 
 const char* backend_name(flashattn_backend backend) {

@@ -1,4 +1,4 @@
-// `flashattn bench`: GUIDE section 4's grid (tokens fixed, batch = tokens / seqlen, heads * d
+// `flashattn bench`: the standard grid (tokens fixed, batch = tokens / seqlen, heads * d
 // fixed; every seqlen and head dim, causal and not, forward and backward), one table at the end.
 // The defaults depend on the backend: the full standard grid on a GPU, a small one on the CPU.
 #include <unistd.h>
@@ -40,7 +40,7 @@ const CommandSpec kBench{
      {"seqlens", "L,...", "sequence lengths"},
      {"dims", "D,...", "head dims"},
      {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
-     {"backend", "B", "auto, cpu, reference, cuda or cuda-sm80 (default auto)"},
+     {"backend", "B", "auto, cpu, reference, reference-lowp, cuda or cuda-sm80 (default auto)"},
      {"threads", "N", "CPU threads, 0 = all (default 0)"},
      {"fwd-only", nullptr, "skip the backward"},
      {"warmup", "N", "untimed calls before each measurement (default 1 CPU, 5 GPU)"},

@@ -23,7 +23,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", "run one attention problem: time it, and check it against the reference (--check)",
      flashattn::cli::run_command},
-    {"bench", "time a grid of problems (GUIDE section 4's standard grid) and print a table",
+    {"bench", "time a grid of problems (the standard grid: 16k tokens, heads * d = 2048) and print a table",
      flashattn::cli::bench_command},
     {"bench-decode", "time decoding steps (one query, GQA, paged cache): time and memory bandwidth",
      flashattn::cli::bench_decode_command},

@@ -17,7 +17,7 @@
 namespace flashattn::cli {
 namespace {
 
-constexpr double kBwdFlopRatio = 2.5;  // GUIDE section 4: backward FLOPs per forward FLOP
+constexpr double kBwdFlopRatio = 2.5;  // the standard grid's convention: backward FLOPs per forward FLOP
 constexpr double kFlopsPerMac = 2.0;
 
 template <class Call>

@@ -33,7 +33,7 @@ int hardware_threads();
 std::string threads_text(int requested);
 
 // FLOPs of the two matrix products per kept (query, key) pair and query head: 2*d for q.k and
-// 2*d_v for p.v (4*d when d_v == d, GUIDE section 4); the backward counts 2.5x the forward.
+// 2*d_v for p.v (4*d when d_v == d, the standard grid's convention); the backward counts 2.5x the forward.
 double fwd_flops(const testing::AttnData& data);
 double bwd_flops(const testing::AttnData& data);
 

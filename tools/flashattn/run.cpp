@@ -54,7 +54,7 @@ const CommandSpec kRun{
      {"page-size", "N", "paged KV cache with pages of N keys (implies --kv-cache)"},
      {"seqlen-new", "N", "append N new keys to the cache first (implies --kv-cache)"},
      {"rotary-dim", "N", "rotary embedding of q and the new keys over N dims (with --seqlen-new)"},
-     {"backend", "B", "auto, cpu, reference, cuda or cuda-sm80 (default auto)"},
+     {"backend", "B", "auto, cpu, reference, reference-lowp, cuda or cuda-sm80 (default auto)"},
      {"threads", "N", "CPU threads, 0 = all (default 0)"},
      {"bwd", nullptr, "also time the backward"},
      {"check", nullptr, "compare with the reference: one line per output, then PASS or FAIL"},

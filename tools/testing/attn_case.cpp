@@ -570,7 +570,7 @@ bool guards_intact(const AttnData& d) {
   return true;
 }
 
-constexpr double kFwdFactor = 2.0;  // GUIDE section 3: forward within 2x the low-precision error
+constexpr double kFwdFactor = 2.0;  // docs/semantics.md: forward within 2x the low-precision error
 constexpr double kBwdFactor = 3.0;  // gradients within 3x
 
 }  // namespace
