@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's scaled_dot_product_attention with its FlashAttention-2 and cuDNN backends on the
-standard grid (16k tokens, heads * d = 2048), timed with CUDA events (median of many runs after warm-up), and
-the device's bf16 matrix-multiply rate. Runs on the device machine only; prints CSV rows
+standard grid (16k tokens, heads * d = 2048), timed with CUDA events (median of many runs after
+warm-up), and the device's bf16 matrix-multiply rate. Runs on the device machine only; prints CSV rows
 backend,direction,seqlen,d,causal,ms,tflops that scripts/gpu-check.sh joins with flashattn's."""
 import argparse
 import statistics
