@@ -22,7 +22,6 @@ if [ ! -x "$deps/nvidia/cu13/bin/nvdisasm" ]; then  # cuobjdump calls nvdisasm f
   chmod +x "$deps"/nvidia/cu13/bin/*
 fi
 export PATH=$deps/nvidia/cu13/bin:$PATH
-cuobjdump=cuobjdump
 sass=$deps/last.sass
 # One function's SASS, one instruction per line, without addresses' encodings.
 clean() { grep -v -E '^\s*/\* [0-9a-f]+ \*/\s*$' | sed -E 's@ +/\* 0x[0-9a-f]+ \*/@@' | awk '{$1=$1};1' | grep -v '^$'; }
@@ -31,7 +30,7 @@ case "${1:-}" in
     [ $# -eq 4 ] || { echo "usage: $0 ours BUILD_DIR TU KERNEL_SUBSTRING" >&2; exit 2; }
     object=$2/src/CMakeFiles/flashattn_objects.dir/__/generated/$3.cu.o
     [ -f "$object" ] || { echo "sass-shape: no $object (build the TU first)" >&2; exit 1; }
-    "$cuobjdump" -sass -arch sm_90a "$object" | clean |
+    cuobjdump -sass -arch sm_90a "$object" | clean |
       awk -v k="$4" '/^Function :/ { on = index($0, k) > 0 && !done; if (on) done = 1 } on' > "$sass"
     ;;
   fa2)
@@ -44,16 +43,16 @@ case "${1:-}" in
     fi
     cubins=$deps/cubins
     if [ ! -d "$cubins" ]; then  # every arch's cubins (5 GB), then only the sm_90 ones kept
-      mkdir -p "$cubins" && (cd "$cubins" && "$cuobjdump" -xelf all "$lib" > /dev/null)
+      mkdir -p "$cubins" && (cd "$cubins" && cuobjdump -xelf all "$lib" > /dev/null)
       find "$cubins" -name '*.cubin' ! -name '*.sm_90.cubin' -delete
     fi
     name="" cubin=""
     for c in $(grep -l -a -F "$2" "$cubins"/*.cubin); do
-      name=$("$cuobjdump" -symbols "$c" 2>/dev/null | grep -o '_Z[^ ]*flash_[^ ]*' | grep -F -m1 "$2" || true)
+      name=$(cuobjdump -symbols "$c" 2>/dev/null | grep -o '_Z[^ ]*flash_[^ ]*' | grep -F -m1 "$2" || true)
       [ -n "$name" ] && { cubin=$c; break; }
     done
     [ -n "$name" ] || { echo "sass-shape: no sm_90 FlashAttention kernel whose name contains $2" >&2; exit 1; }
-    { echo "Function : $name"; "$cuobjdump" -sass -fun "$name" "$cubin" | clean | grep -v '^Function'; } > "$sass"
+    { echo "Function : $name"; cuobjdump -sass -fun "$name" "$cubin" | clean | grep -v '^Function'; } > "$sass"
     ;;
   *) echo "usage: $0 ours BUILD_DIR TU KERNEL_SUBSTRING | fa2 MANGLED_SUBSTRING" >&2; exit 2 ;;
 esac

@@ -73,18 +73,19 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
 template <bool kRelativeRange = false, int kM, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
                                            const FragmentOrigin& o) {
+  // The column the ranges are taken from, and the thread's column offset left in each element's.
+  const int col0 = kRelativeRange ? o.col0 + 2 * o.t : o.col0, thread_col = kRelativeRange ? 0 : 2 * o.t;
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = (o.row0 + mt * 16 + o.g + 8 * half) / o.pack;
-      const int col = kRelativeRange ? o.col0 + 2 * o.t : o.col0;
-      const int lo = int(mod.first_key(i)) - col, hi = int(mod.last_key(i)) - col;
+      const int lo = int(mod.first_key(i)) - col0, hi = int(mod.last_key(i)) - col0;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int jj = nt * 8 + (kRelativeRange ? 0 : 2 * o.t) + e;
+          const int jj = nt * 8 + thread_col + e;
           if (jj < lo || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
         }
     }
