@@ -220,16 +220,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
     }
     if constexpr (kDqAtomic) {
       __syncthreads();  // every warp's dS^T (and P^T) landed
+      float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
+                                      m_start / kDqAccumTileRows) * (p.d / 8) * kDqAccumTileFloats;
+      auto dq = [&] { add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane); };
       if constexpr (K::kColSplit > 1) {  // the step's P^T and dS^T rows of this warp's keys
         const int row = warp_row0 * K::kDsStride;
         gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
             sPt + row, stage_do(stage) + col0 + warp_c0, acc_dv, lane);
+        if constexpr (K::kDqBeforeDk) dq();  // its atomics drain under the dK product
         gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
             sdSt + row, stage_q(stage) + col0 + warp_c0, acc_dk, lane);
       }
-      float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
-                                      m_start / kDqAccumTileRows) * (p.d / 8) * kDqAccumTileFloats;
-      add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane);
+      if constexpr (!K::kDqBeforeDk) dq();
     }
     __syncthreads();  // every warp is done with this stage (and sdSt, sPt) before the next step refills it
   }

@@ -124,10 +124,13 @@ struct BwdDqTileSm80 {
 // queries and holds dk / dv for its keys and its 1 / col_split of the columns (col_split > 1: P^T
 // and dS^T meet in shared memory, FlashAttention-2's layout). out_split: column slices over CTAs
 // (each recomputes S^T and dP^T). dq_warp_m_tiles: the single pass's dq = dS K, m16 tiles of dq
-// rows per warp. Measured on an H100, docs/performance.md (backward v1-v7).
+// rows per warp. dq_before_dk: with split columns, dq's product and atomics between the dV and dK
+// products (the atomics drain under dK) rather than after both. Measured on an H100,
+// docs/performance.md (backward v1-v7, v10).
 enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
 struct BwdDkvShape {
   int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles;
+  bool dq_before_dk;
 };
 template <int kHeadDim>
 constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
@@ -136,7 +139,7 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // Deterministic, after the dq pass: 4 warps of 16 keys, P^T and dS^T in registers. Above
       // d 128 full-width dk and dv alone would need 256 registers, so two CTAs split the columns.
       // Query steps of 32 above d 64: with 64, S^T and dP^T spill at d 128.
-      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1};
+      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1, false};
     case BwdDkvSchedule::kSinglePass:
       // dq by atomics. 8 warps: the atomics scale with the queries and columns per key tile
       // (4-warp 64-key tiles measured 0.8x the two passes); columns split over warps rather than
@@ -149,13 +152,15 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // modifiers (1.02-1.05x; with them 128 spills 828 bytes, 64 spills 44; not timed). dq warps
       // of two m16 tiles above d 64 (32 x 32 at d 128: 32 ldmatrix against 40 for 16 x 64; +4-5%
       // at d 128, +2-3% at d 256), one at d 64 (the same count either way; two measured 0.99x with
-      // 64-query steps, 1.00-1.01x with 128).
-      return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1, kHeadDim <= 64 ? 1 : 2};
+      // 64-query steps, 1.00-1.01x with 128). dq before dK above d 128: 1.014-1.023x at d 256; at
+      // d 128 it spills 24 bytes more (0.96-0.98x), at d 64 no gain (0.995-1.009x).
+      return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1, kHeadDim <= 64 ? 1 : 2,
+              kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
       // d 64 and 128: 178 and 173 KB) but holds this (91 and 155 KB; bwd_has_compact_tile): v6's
       // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
-      return {8, 1, 1, 64, 1, 1};
+      return {8, 1, 1, 64, 1, 1, false};
   }
   return {};
 }
