@@ -92,7 +92,7 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
   static constexpr int kSmemBytes = (2 * kBlockN + 4 * kBlockM) * kTileBytes +
                                     2 * kBlockM * int(sizeof(float) * 2) +
                                     kStagedTiles * kBlockN * kDsStride * int(sizeof(Element));
-  static_assert(kWarpCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
+  static_assert(kColSplit > 1 || kWarpCols % 16 == 0, "gemm_pv takes output columns in pairs of n8 tiles");
   static_assert(kWarpQueries % 16 == 0, "P^T in registers is the A operand of k16 steps");
   static_assert(kBlockM % (16 * kDqWarpMTiles) == 0 && Base::kWarps % kDqMWarps == 0,
                 "dq's m16 tiles must split evenly over the warps");

@@ -146,8 +146,9 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // CTAs (5 products per step instead of 7). Two m16 tiles of keys per warp: up to d 128 two
       // column parts, 128 keys (32 x 32 warp tiles of S^T at d 128: 152 ldmatrix per warp-step
       // against 184 for 16 keys x 64 queries with P^T and dS^T in registers; 1.05-1.06x); above,
-      // four parts, 64 keys (dk and dv 2 x 64 floats per thread; dV / dK read 24 ldmatrix per
-      // warp-step instead of 36 for 16 keys x half the columns; 1.02-1.04x). Query steps of 64
+      // four parts, 64 keys (dk and dv 2 x 64 floats per thread at d 256; dV / dK read 24
+      // ldmatrix per warp-step instead of 36 for 16 keys x half the columns; 1.02-1.04x; the parts
+      // of d 160 / 224 end in an odd n8 tile). Query steps of 64
       // (half the barriers and dS round trips per FLOP of 32), 128 at d 64 without score
       // modifiers (1.02-1.05x; with them 128 spills 828 bytes, 64 spills 44; not timed). dq warps
       // of two m16 tiles above d 64 (32 x 32 at d 128: 32 ldmatrix against 40 for 16 x 64; +4-5%
