@@ -55,6 +55,23 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
                     Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
 }
 
+// Whether the backward's tile shapes at kHeadDim are well formed: naming each shape's kSmemBytes
+// instantiates it, so its static_asserts fire. Each generated file checks every supported head
+// dim with it, so that a narrow build (CI's) catches a tile-table entry that would break the full
+// set.
+template <int kHeadDim>
+constexpr bool bwd_sm80_tiles_well_formed() {
+  using E = cutlass::half_t;
+  bool ok = BwdDqSm80<kHeadDim, E>::kSmemBytes > 0 &&
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kTwoPass>::kSmemBytes > 0 &&
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePass>::kSmemBytes > 0 &&
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePass, true>::kSmemBytes > 0;
+  if constexpr (bwd_has_compact_tile(kHeadDim)) {
+    ok = ok && BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePassCompact>::kSmemBytes > 0;
+  }
+  return ok;
+}
+
 template <int kHeadDim, class Element>
 void run_bwd_sm80(const BwdParams& p, cudaStream_t stream) {
   const bool score_mods = p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_threshold != 0;
