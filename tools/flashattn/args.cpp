@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 namespace flashattn::cli {
@@ -129,13 +130,16 @@ flashattn_dtype parse_dtype(const std::string& flag, const std::string& text) {
 }
 
 flashattn_backend parse_backend(const std::string& flag, const std::string& text) {
-  for (flashattn_backend backend : {FLASHATTN_BACKEND_AUTO, FLASHATTN_BACKEND_CPU,
-                                    FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CPU_REFERENCE_LOWP,
-                                    FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80}) {
-    if (text == backend_name(backend)) return backend;
+  constexpr flashattn_backend kBackends[] = {FLASHATTN_BACKEND_AUTO, FLASHATTN_BACKEND_CPU,
+                                             FLASHATTN_BACKEND_CPU_REFERENCE, FLASHATTN_BACKEND_CPU_REFERENCE_LOWP,
+                                             FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80};
+  std::string names;  // "auto, cpu, ... or cuda-sm80"
+  for (size_t k = 0; k < std::size(kBackends); ++k) {
+    if (text == backend_name(kBackends[k])) return kBackends[k];
+    names += k == 0 ? "" : k + 1 == std::size(kBackends) ? " or " : ", ";
+    names += backend_name(kBackends[k]);
   }
-  throw UsageError(flag_text(flag) + ": expected auto, cpu, reference, reference-lowp, cuda or cuda-sm80, got '" +
-                   text + "'");
+  throw UsageError(flag_text(flag) + ": expected " + names + ", got '" + text + "'");
 }
 
 const char* backend_name(flashattn_backend backend) {

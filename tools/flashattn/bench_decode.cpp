@@ -41,8 +41,8 @@ const CommandSpec kBenchDecode{
      {"keys", "K,...", "cache lengths"},
      {"page-sizes", "P,...", "page sizes (default 16,256)"},
      {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
-     {"backend", "B", "auto, cpu, reference, reference-lowp, cuda or cuda-sm80 (default auto)"},
-     {"threads", "N", "CPU threads, 0 = all (default 0)"},
+     kBackendFlag,
+     kThreadsFlag,
      {"warmup", "N", "untimed calls before each measurement"},
      {"repeat", "N", "timed calls per measurement, median reported"}}};
 
