@@ -60,7 +60,8 @@ flashattn_backend parse_backend(const std::string& flag, const std::string& text
 const char* backend_name(flashattn_backend backend);
 
 // The --backend and --threads flags that parse_exec reads, the same in every command that has them.
-inline constexpr FlagSpec kBackendFlag{"backend", "B", "auto, cpu, reference, reference-lowp, cuda or cuda-sm80 (default auto)"};
+inline constexpr FlagSpec kBackendFlag{"backend", "B",
+                                       "auto, cpu, reference, reference-lowp, cuda or cuda-sm80 (default auto)"};
 inline constexpr FlagSpec kThreadsFlag{"threads", "N", "CPU threads, 0 = all (default 0)"};
 
 // --backend, --threads, --warmup and --repeat; the repeat counts default by the backend kind.
