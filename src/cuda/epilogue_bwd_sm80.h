@@ -27,7 +27,7 @@ __device__ __forceinline__ void store_rows_scaled(const float (&acc)[kM][Gemm::k
       const int r = warp_row0 + mt * 16 + g + 8 * half;
 #pragma unroll
       for (int dt = 0; dt < Gemm::kDTiles; ++dt) {
-        *reinterpret_cast<uint32_t*>(smem + r * K::kSmemStride + warp_col0 + dt * 8 + 2 * t) =
+        *reinterpret_cast<uint32_t*>(smem + K::Rows::offset(r, warp_col0 + dt * 8 + 2 * t)) =
             pack2<Element>(acc[mt][dt][2 * half] * scale, acc[mt][dt][2 * half + 1] * scale);
       }
     }
@@ -36,7 +36,7 @@ __device__ __forceinline__ void store_rows_scaled(const float (&acc)[kM][Gemm::k
     const int r = c / kChunks, col = (c % kChunks) * 8;
     if (r >= rows || col >= cols) continue;
     *reinterpret_cast<uint4*>(row_ptr(r) + col_offset + col) =
-        *reinterpret_cast<const uint4*>(smem + r * K::kSmemStride + col);
+        *reinterpret_cast<const uint4*>(smem + K::Rows::offset(r, col));
   }
 }
 

@@ -32,7 +32,7 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
       const int r = warp_row0 + mt * 16 + o.g + 8 * half;
 #pragma unroll
       for (int dt = 0; dt < K::kDTiles; ++dt) {
-        *reinterpret_cast<uint32_t*>(smem + r * K::kSmemStride + dt * 8 + 2 * o.t) =
+        *reinterpret_cast<uint32_t*>(smem + K::Rows::offset(r, dt * 8 + 2 * o.t)) =
             pack2<Element>(acc_o[mt][dt][2 * half] * inv, acc_o[mt][dt][2 * half + 1] * inv);
       }
       if (p.lse != nullptr && o.t == 0 && r < m_rows) {
@@ -50,7 +50,7 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
     const int64_t offset = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
                                         p.out_row_stride, p.out_head_stride);
     *reinterpret_cast<uint4*>(out + offset + col) =
-        *reinterpret_cast<const uint4*>(smem + r * K::kSmemStride + col);
+        *reinterpret_cast<const uint4*>(smem + K::Rows::offset(r, col));
   }
 }
 

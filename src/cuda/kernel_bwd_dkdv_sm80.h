@@ -59,8 +59,8 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
-  gemm_smem<true, typename K::Element, kM, K::kBlockN, K::kDqDTiles, K::kDsStride, K::kSmemStride>(
-      sdSt + q_tile0 * 16, sK + c0, acc, lane);
+  gemm_smem<true, typename K::Element, kM, K::kBlockN, K::kDqDTiles, K::kDsStride, typename K::Rows>(
+      sdSt + q_tile0 * 16, sK, c0, acc, lane);
   // One address computation, then constant offsets; the test for n8 tiles past d (a head dim
   // served by a larger instantiation) stays off the common path.
   float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
@@ -211,8 +211,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
       probabilities_and_ds<true, kScoreMods, false>(st, dpt, scores, origin, stats_of);
     }
     if constexpr (K::kColSplit == 1) {  // P^T and dS^T are the A operands, from the registers
-      gemm_pv<Gemm>(st, stage_do(stage) + col0, acc_dv, lane);
-      gemm_pv<Gemm>(dpt, stage_q(stage) + col0, acc_dk, lane);
+      gemm_pv<Gemm>(st, stage_do(stage), col0, acc_dv, lane);
+      gemm_pv<Gemm>(dpt, stage_q(stage), col0, acc_dk, lane);
       if constexpr (kDqAtomic) stage_transposed<K>(dpt, sdSt, warp_row0, warp_q0, lane);
     } else {
       stage_transposed<K>(st, sPt, warp_row0, warp_q0, lane);
@@ -225,11 +225,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
       auto dq = [&] { add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane); };
       if constexpr (K::kColSplit > 1) {  // the step's P^T and dS^T rows of this warp's keys
         const int row = warp_row0 * K::kDsStride;
-        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
-            sPt + row, stage_do(stage) + col0 + warp_c0, acc_dv, lane);
+        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
+            sPt + row, stage_do(stage), col0 + warp_c0, acc_dv, lane);
         if constexpr (K::kDqBeforeDk) dq();  // its atomics drain under the dK product
-        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, K::kSmemStride>(
-            sdSt + row, stage_q(stage) + col0 + warp_c0, acc_dk, lane);
+        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
+            sdSt + row, stage_q(stage), col0 + warp_c0, acc_dk, lane);
       }
       if constexpr (!K::kDqBeforeDk) dq();
     }

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
     } else {
       probabilities_and_ds<false, kScoreMods, false>(s, dp, scores, origin, stats);
     }
-    gemm_pv<Gemm>(dp, stage_k(stage), acc_dq, lane);
+    gemm_pv<Gemm>(dp, stage_k(stage), 0, acc_dq, lane);
     __syncthreads();  // every warp is done with this stage before the next load refills it
   }
 

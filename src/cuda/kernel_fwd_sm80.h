@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   if (p.rotary_cos != nullptr) {  // queries rotate at cache_seqlens[b] + i, in shared memory
     cp_async_wait<0>();
     __syncthreads();  // the loop's first barrier orders these writes before any read of sQ
+    static_assert(!K::Rows::kSwizzled, "rotate_pair indexes a row of Q by element");
     const int pairs = p.rotary_dim / 2;
     for (int c = threadIdx.x; c < m_rows * pairs; c += K::kThreads) {
       const int64_t position = int64_t(p.cache_seqlens[b]) + (m_start + c / pairs) / pack;
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
                      origin.col0 + nt * 8 + 2 * origin.t);
       }
     });
-    gemm_pv<K>(s, sV, acc_o, lane);
+    gemm_pv<K>(s, sV, 0, acc_o, lane);
   }
 
   cp_async_wait<0>();  // a tile with no key never waited for its Q copy

@@ -10,7 +10,7 @@ namespace flashattn::cuda {
 
 // The shape gemm_qk / gemm_pv read: each warp owns kWarpMTiles x 16 rows, the first product
 // reduces over kHeadDim and yields kNTiles n8 tiles, the second reduces over those kBlockN
-// columns into kDTiles n8 output tiles. Operands sit in shared memory rows of kSmemStride.
+// columns into kDTiles n8 output tiles. Operands sit in shared-memory rows laid out as Rows.
 template <class Element_, int kHeadDim_, int kWarpMTiles_, int kNTiles_, int kDTiles_>
 struct WarpGemmShape {
   using Element = Element_;
@@ -19,11 +19,12 @@ struct WarpGemmShape {
   static constexpr int kNTiles = kNTiles_;
   static constexpr int kBlockN = kNTiles * 8;
   static constexpr int kDTiles = kDTiles_;
-  static constexpr int kSmemStride = kHeadDim + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  using Rows = SmemRows<kHeadDim, true>;
+  static constexpr int kSmemStride = Rows::kStride;
 };
 
-// Shared members: the cp.async loaders' view of a kernel (threads, 16-byte chunks per row, row
-// stride of the padded shared-memory tiles).
+// Shared members: the cp.async loaders' view of a kernel (threads, 16-byte chunks per row, layout
+// of the shared-memory rows: swizzled where the head dim allows).
 template <int kHeadDim_, class Element_, int kWarps_>
 struct BwdSm80Base {
   using Element = Element_;
@@ -31,7 +32,8 @@ struct BwdSm80Base {
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kChunksPerRow = kHeadDim / 8;
-  static constexpr int kSmemStride = kHeadDim + 8;
+  using Rows = SmemRows<kHeadDim, true>;
+  static constexpr int kSmemStride = Rows::kStride;
 };
 
 // dq pass: a CTA owns kBlockM query rows of one head and sweeps the keys in kBlockN steps, with
@@ -100,11 +102,12 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
 
 // acc[mt][dt] += A B for one warp, both operands in shared memory: A is kM m16 tiles x kK,
 // row-major at sA (kATransposed: stored transposed, kK rows of kStrideA from which the warp reads
-// kM x 16 columns), B is kK rows x (kDTiles * 8) columns (row stride kStrideB), read through the
-// transposing ldmatrix once for all kM tiles; an odd last n8 tile takes its half-width form.
-template <bool kATransposed, class Element, int kM, int kK, int kDTiles, int kStrideA, int kStrideB>
-__device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, float (&acc)[kM][kDTiles][4],
-                                          int lane) {
+// kM x 16 columns), B is kK rows of a tile laid out as RowsB, of which the product takes kDTiles *
+// 8 columns from col0, read through the transposing ldmatrix once for all kM tiles; an odd last
+// n8 tile takes its half-width form.
+template <bool kATransposed, class Element, int kM, int kK, int kDTiles, int kStrideA, class RowsB>
+__device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, int col0,
+                                          float (&acc)[kM][kDTiles][4], int lane) {
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
     uint32_t a[kM][4];  // per tile: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
@@ -120,7 +123,8 @@ __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, 
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(sB + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kStrideB + dp * 16 + (lane / 16) * 8, b);
+      ldmatrix_x4_trans(sB + RowsB::offset(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, col0 + dp * 16 + (lane / 16) * 8),
+                        b);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
         mma_16x8x16<Element>(acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -129,7 +133,7 @@ __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, 
     }
     if constexpr (kDTiles % 2 == 1) {
       uint32_t b[2];
-      ldmatrix_x2_trans(sB + (kc * 16 + lane % 16) * kStrideB + (kDTiles - 1) * 8, b);
+      ldmatrix_x2_trans(sB + RowsB::offset(kc * 16 + lane % 16, col0 + (kDTiles - 1) * 8), b);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_16x8x16<Element>(acc[mt][kDTiles - 1], a[mt], b[0], b[1]);
     }

@@ -1,5 +1,5 @@
 // The sm80 forward's mainloop pieces: the tile shapes of one instantiation, cp.async loaders of
-// Q / K / V tiles into padded shared memory, and the two warp-level matrix products on m16n8k16
+// Q / K / V tiles into shared memory, and the two warp-level matrix products on m16n8k16
 // (S = Q K^T from shared memory, O += P V with P taken from the S registers).
 #pragma once
 
@@ -25,8 +25,9 @@ struct FwdSm80 {
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
   static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per warp
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
-  // Rows are padded by 16 bytes so that the 8 rows one ldmatrix phase reads hit distinct banks.
-  static constexpr int kSmemStride = kHeadDim + 8;
+  // Padded rows: the rotary pass and the epilogue index the Q tile by element.
+  using Rows = SmemRows<kHeadDim, false>;
+  static constexpr int kSmemStride = Rows::kStride;
   static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemStride * int(sizeof(Element));
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");
   static_assert(!kFewRows || (kBlockM == kFwdFewRowsBlockM && kHeadDim <= kFwdFewRowsMaxHeadDim),
@@ -46,11 +47,10 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
   if constexpr (K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0) {
     const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
     const typename K::Element* src = row0 + r * row_stride + col;
-    typename K::Element* dst = smem + r * K::kSmemStride + col;
 #pragma unroll
     for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
       const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
-      cp_async_16(dst + pass * kRowsPerPass * K::kSmemStride, valid ? src : row0, valid);
+      cp_async_16(smem + K::Rows::offset(r + pass * kRowsPerPass, col), valid ? src : row0, valid);
       src += kRowsPerPass * row_stride;
     }
   } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
@@ -58,7 +58,7 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
     for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
       const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
       const bool valid = r < valid_rows && col < d;
-      cp_async_16(smem + r * K::kSmemStride + col, valid ? row0 + r * row_stride + col : row0, valid);
+      cp_async_16(smem + K::Rows::offset(r, col), valid ? row0 + r * row_stride + col : row0, valid);
     }
   }
 }
@@ -72,7 +72,7 @@ __device__ __forceinline__ void load_paged_rows_async(typename K::Element* smem,
     int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
     bool valid = r < valid_rows && col < d;
     const typename K::Element* src = valid ? base + row_offset(r) + col : base;
-    cp_async_16(smem + r * K::kSmemStride + col, src, valid);
+    cp_async_16(smem + K::Rows::offset(r, col), src, valid);
   }
 }
 
@@ -87,15 +87,12 @@ __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
     uint32_t a[K::kWarpMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
-      ldmatrix_x4(sQ + (warp_row0 + mt * 16 + lane % 16) * K::kSmemStride + kk * 16 + (lane / 16) * 8,
-                  a[mt]);
+      ldmatrix_x4(sQ + K::Rows::offset(warp_row0 + mt * 16 + lane % 16, kk * 16 + (lane / 16) * 8), a[mt]);
     }
 #pragma unroll
     for (int np = 0; np < K::kNTiles / 2; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(sK + (np * 16 + lane % 8 + (lane / 16) * 8) * K::kSmemStride + kk * 16 +
-                      ((lane / 8) % 2) * 8,
-                  b);
+      ldmatrix_x4(sK + K::Rows::offset(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
 #pragma unroll
       for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
         mma_16x8x16<typename K::Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -106,10 +103,10 @@ __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
 }
 
 // acc_o[mt][dt] += P V[tile]: P comes from the S accumulators (the C layout of two n8 tiles is the
-// A layout of one k16 step), V from smem through the transposing ldmatrix.
+// A layout of one k16 step), V (its columns from col0) from smem through the transposing ldmatrix.
 template <class K>
 __device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTiles][4],
-                                        const typename K::Element* sV,
+                                        const typename K::Element* sV, int col0,
                                         float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
   using Element = typename K::Element;
 #pragma unroll
@@ -125,8 +122,7 @@ __device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTi
 #pragma unroll
     for (int dp = 0; dp < K::kDTiles / 2; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(sV + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * K::kSmemStride + dp * 16 +
-                            (lane / 16) * 8,
+      ldmatrix_x4_trans(sV + K::Rows::offset(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, col0 + dp * 16 + (lane / 16) * 8),
                         b);
 #pragma unroll
       for (int mt = 0; mt < K::kWarpMTiles; ++mt) {

@@ -16,6 +16,22 @@
 
 namespace flashattn::cuda {
 
+// Where element (row, col) of a tile of head-dim rows sits in shared memory. Padded: each row
+// takes 16 bytes more than its data, so the 8 rows one ldmatrix phase reads start in distinct
+// banks. Swizzled (head dims that are a multiple of 64): rows unpadded, and the 16-byte chunk c of
+// row r stored at chunk c ^ (r % 8) of its 128-byte block: the ldmatrix rows still hit distinct
+// banks, and each 128-byte block of a global row lands in one aligned 128-byte block of shared
+// memory (with padding, the cp.async writes of 7 rows in 8 straddle two).
+template <int kHeadDim, bool kSwizzle>
+struct SmemRows {
+  static constexpr bool kSwizzled = kSwizzle && kHeadDim % 64 == 0;
+  static constexpr int kStride = kSwizzled ? kHeadDim : kHeadDim + 8;
+  __device__ __forceinline__ static int offset(int row, int col) {
+    if constexpr (kSwizzled) return row * kStride + (col ^ ((row & 7) << 3));
+    return row * kStride + col;
+  }
+};
+
 // 16 bytes global -> shared; when !valid the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   using Chunk = cute::uint128_t;
