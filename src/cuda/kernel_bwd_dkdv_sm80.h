@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   using Element = typename K::Element;
   using Gemm = typename K::Gemm;
   constexpr int kM = K::kWarpMTiles;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // swizzled tiles start on 128-byte boundaries
   Element* sK = reinterpret_cast<Element*>(smem_raw);
   Element* sV = sK + K::kBlockN * K::kSmemStride;
   Element* sQdO = sV + K::kBlockN * K::kSmemStride;  // stage s: Q at 2s, dout at 2s + 1

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
   using Element = typename K::Element;
   using Gemm = typename K::Gemm;
   constexpr int kM = K::kWarpMTiles;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // swizzled tiles start on 128-byte boundaries
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
   Element* sdO = sQ + K::kBlockM * K::kSmemStride;
   Element* sKV = sdO + K::kBlockM * K::kSmemStride;  // stage s: K at 2s, V at 2s + 1

@@ -102,29 +102,32 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
 
 // acc[mt][dt] += A B for one warp, both operands in shared memory: A is kM m16 tiles x kK,
 // row-major at sA (kATransposed: stored transposed, kK rows of kStrideA from which the warp reads
-// kM x 16 columns), B is kK rows of a tile laid out as RowsB, of which the product takes kDTiles *
-// 8 columns from col0, read through the transposing ldmatrix once for all kM tiles; an odd last
-// n8 tile takes its half-width form.
+// kM x 16 columns), B is kK rows of a tile laid out as RowsB (on a 128-byte boundary), of which
+// the product takes the kDTiles * 8 columns from col0 (a multiple of that width), read through the
+// transposing ldmatrix once for all kM tiles; an odd last n8 tile takes its half-width form.
 template <bool kATransposed, class Element, int kM, int kK, int kDTiles, int kStrideA, class RowsB>
 __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, int col0,
                                           float (&acc)[kM][kDTiles][4], int lane) {
+  static_assert(!RowsB::kSwizzled || (kDTiles & (kDTiles - 1)) == 0, "step() needs a power-of-two width");
+  // The lanes' row addresses for the first k16 step and m16 / n16 tile; the others at constant offsets.
+  const uint32_t a0 = smem_addr(sA) + 2 * (kATransposed ? ((lane / 16) * 8 + lane % 8) * kStrideA + ((lane / 8) % 2) * 8
+                                                        : (lane % 16) * kStrideA + (lane / 16) * 8);
+  const uint32_t b0 = smem_addr(sB) + 2 * RowsB::offset(lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
     uint32_t a[kM][4];  // per tile: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
       if constexpr (kATransposed) {
-        ldmatrix_x4_trans(sA + (kc * 16 + (lane / 16) * 8 + lane % 8) * kStrideA + mt * 16 + ((lane / 8) % 2) * 8,
-                          a[mt]);
+        ldmatrix_x4_trans(a0 + 2 * (kc * 16 * kStrideA + mt * 16), a[mt]);
       } else {
-        ldmatrix_x4(sA + (mt * 16 + lane % 16) * kStrideA + kc * 16 + (lane / 16) * 8, a[mt]);
+        ldmatrix_x4(a0 + 2 * (mt * 16 * kStrideA + kc * 16), a[mt]);
       }
     }
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(sB + RowsB::offset(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, col0 + dp * 16 + (lane / 16) * 8),
-                        b);
+      ldmatrix_x4_trans(RowsB::step(b0, kc * 16, dp * 16), b);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
         mma_16x8x16<Element>(acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -133,7 +136,7 @@ __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, 
     }
     if constexpr (kDTiles % 2 == 1) {
       uint32_t b[2];
-      ldmatrix_x2_trans(sB + RowsB::offset(kc * 16 + lane % 16, col0 + (kDTiles - 1) * 8), b);
+      ldmatrix_x2_trans(smem_addr(sB) + 2 * RowsB::offset(kc * 16 + lane % 16, col0 + (kDTiles - 1) * 8), b);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_16x8x16<Element>(acc[mt][kDTiles - 1], a[mt], b[0], b[1]);
     }

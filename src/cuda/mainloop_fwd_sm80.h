@@ -76,23 +76,27 @@ __device__ __forceinline__ void load_paged_rows_async(typename K::Element* smem,
   }
 }
 
-// acc[mt][nt] += Q[warp rows] K[tile]^T over the full head dim (both operands in smem).
+// acc[mt][nt] += Q[warp rows] K[tile]^T over the full head dim (both operands in smem; tiles on
+// 128-byte boundaries).
 template <class K>
 __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
                                         const typename K::Element* sK,
                                         float (&acc)[K::kWarpMTiles][K::kNTiles][4], int warp_row0,
                                         int lane) {
+  using Rows = typename K::Rows;
+  // The lanes' row addresses for the first k16 step (Q: this warp's first m16 tile, K: the first
+  // n16 pair); the others are steps from them.
+  const uint32_t q0 = smem_addr(sQ) + 2 * Rows::offset(warp_row0 + lane % 16, (lane / 16) * 8);
+  const uint32_t k0 = smem_addr(sK) + 2 * Rows::offset(lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8);
 #pragma unroll
   for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
     uint32_t a[K::kWarpMTiles][4];
 #pragma unroll
-    for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
-      ldmatrix_x4(sQ + K::Rows::offset(warp_row0 + mt * 16 + lane % 16, kk * 16 + (lane / 16) * 8), a[mt]);
-    }
+    for (int mt = 0; mt < K::kWarpMTiles; ++mt) ldmatrix_x4(Rows::step(q0, mt * 16, kk * 16), a[mt]);
 #pragma unroll
     for (int np = 0; np < K::kNTiles / 2; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(sK + K::Rows::offset(np * 16 + lane % 8 + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
+      ldmatrix_x4(Rows::step(k0, np * 16, kk * 16), b);
 #pragma unroll
       for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
         mma_16x8x16<typename K::Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -103,12 +107,16 @@ __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
 }
 
 // acc_o[mt][dt] += P V[tile]: P comes from the S accumulators (the C layout of two n8 tiles is the
-// A layout of one k16 step), V (its columns from col0) from smem through the transposing ldmatrix.
+// A layout of one k16 step), V's columns [col0, col0 + kDTiles * 8) from smem through the
+// transposing ldmatrix (col0 a multiple of that width).
 template <class K>
 __device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTiles][4],
                                         const typename K::Element* sV, int col0,
                                         float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
   using Element = typename K::Element;
+  using Rows = typename K::Rows;
+  static_assert(!Rows::kSwizzled || (K::kDTiles & (K::kDTiles - 1)) == 0, "step() needs a power-of-two width");
+  const uint32_t v0 = smem_addr(sV) + 2 * Rows::offset(lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
 #pragma unroll
   for (int kc = 0; kc < K::kBlockN / 16; ++kc) {
     uint32_t a[K::kWarpMTiles][4];
@@ -122,8 +130,7 @@ __device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTi
 #pragma unroll
     for (int dp = 0; dp < K::kDTiles / 2; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(sV + K::Rows::offset(kc * 16 + lane % 8 + ((lane / 8) % 2) * 8, col0 + dp * 16 + (lane / 16) * 8),
-                        b);
+      ldmatrix_x4_trans(Rows::step(v0, kc * 16, dp * 16), b);
 #pragma unroll
       for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
         mma_16x8x16<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);

@@ -1,5 +1,6 @@
-// Warp-level building blocks of the sm80 kernels, on CuTe's architecture atoms: cp.async with
-// zero fill, ldmatrix (plain and transposed), the m16n8k16 tensor-core MMA, and register packing.
+// Warp-level building blocks of the sm80 kernels: the layout of head-dim rows in shared memory,
+// cp.async with zero fill and the m16n8k16 tensor-core MMA (CuTe's architecture atoms), ldmatrix
+// (plain and transposed) on 32-bit shared-memory addresses, and register packing.
 #pragma once
 
 #include <cstdint>
@@ -9,28 +10,42 @@
 
 #include <type_traits>
 
-#include <cute/arch/copy_sm75.hpp>
 #include <cute/arch/copy_sm80.hpp>
 #include <cute/arch/mma_sm80.hpp>
 #include <cutlass/numeric_types.h>
 
 namespace flashattn::cuda {
 
-// Where element (row, col) of a tile of head-dim rows sits in shared memory. Padded: each row
-// takes 16 bytes more than its data, so the 8 rows one ldmatrix phase reads start in distinct
-// banks. Swizzled (head dims that are a multiple of 64): rows unpadded, and the 16-byte chunk c of
-// row r stored at chunk c ^ (r % 8) of its 128-byte block: the ldmatrix rows still hit distinct
-// banks, and each 128-byte block of a global row lands in one aligned 128-byte block of shared
-// memory (with padding, the cp.async writes of 7 rows in 8 straddle two).
+// Where element (row, col) of a tile of head-dim rows of 16-bit elements sits in shared memory.
+// Padded: each row takes 16 bytes more than its data, so the 8 rows one ldmatrix phase reads
+// start in distinct banks. Swizzled (head dims 64, 128, 256): rows unpadded, and the 16-byte chunk
+// c of row r stored at chunk c ^ (r % 8) of its 128-byte block: the ldmatrix rows still hit
+// distinct banks, and each 128-byte block of a global row lands in one aligned 128-byte block of
+// shared memory (with padding, the cp.async writes of 7 rows in 8 straddle two).
 template <int kHeadDim, bool kSwizzle>
 struct SmemRows {
-  static constexpr bool kSwizzled = kSwizzle && kHeadDim % 64 == 0;
+  // Powers of two only: the column parts the kernels split the rows into are then powers of two
+  // too, which step() relies on.
+  static constexpr bool kSwizzled = kSwizzle && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256);
   static constexpr int kStride = kSwizzled ? kHeadDim : kHeadDim + 8;
   __device__ __forceinline__ static int offset(int row, int col) {
     if constexpr (kSwizzled) return row * kStride + (col ^ ((row & 7) << 3));
     return row * kStride + col;
   }
+  // The shared-memory address of (row + dr, col + dc) from that of (row, col), for dr a multiple
+  // of 8 and dc of 16 known at compile time: one add, and with the swizzle one XOR. The swizzled
+  // form holds where the tile starts on a 128-byte boundary and col + dc == col | dc below bit 6
+  // (col a multiple of a power of two above dc, plus at most 8).
+  __device__ __forceinline__ static uint32_t step(uint32_t addr, int dr, int dc) {
+    if constexpr (kSwizzled) return (addr ^ uint32_t((dc & 48) * 2)) + uint32_t(dr * kStride + (dc & ~63)) * 2;
+    return addr + uint32_t(dr * kStride + dc) * 2;
+  }
 };
+
+// The 32-bit shared-memory address of an element of a tile.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 // 16 bytes global -> shared; when !valid the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
@@ -47,14 +62,19 @@ __device__ __forceinline__ void cp_async_commit() { cute::cp_async_fence(); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { cute::cp_async_wait<N>(); }
 
-__device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
-  cute::SM75_U32x4_LDSM_N::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1], r[2], r[3]);
+// ldmatrix reads the 8x8 tiles whose rows' addresses the lanes give (x4: lanes 0-31, x2: 0-15).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
-  cute::SM75_U16x8_LDSM_T::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1], r[2], r[3]);
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x2_trans(const void* smem, uint32_t (&r)[2]) {
-  cute::SM75_U16x4_LDSM_T::copy(*static_cast<const cute::uint128_t*>(smem), r[0], r[1]);
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t addr, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
 // d = a * b + d for one 16x8x16 tile; a: 4 regs (16x16 row-major), b: 2 regs (16x8 col-major).
