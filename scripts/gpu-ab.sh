@@ -5,8 +5,9 @@
 # the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the patches are files of
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
-#                     [--tests FILTER] [--archs "90a"] PATCH...
+#                     [--tests FILTER] [--archs "90a"] [--backend cuda] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
+# --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
 # variant (its build then includes the tests), so that a variant's figures come with its
 # correctness.
@@ -16,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a"
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -25,6 +26,7 @@ while [ $# -gt 0 ]; do
     --tests) tests="$2"; shift 2 ;;
     --bwd) dir=bwd; shift ;;
     --archs) archs="$2"; shift 2 ;;
+    --backend) backend="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -76,7 +78,7 @@ for i in "${!names[@]}"; do
   fi
 done
 
-bench_flags=(--backend cuda --csv --dims "$dims")
+bench_flags=(--backend "$backend" --csv --dims "$dims")
 [ $dir = fwd ] && bench_flags+=(--fwd-only)
 [ -n "$seqlens" ] && bench_flags+=(--seqlens "$seqlens")
 for r in $(seq 1 "$rounds"); do

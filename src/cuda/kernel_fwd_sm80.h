@@ -23,7 +23,7 @@ template <class K, bool kScoreMods>
 __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80(const __grid_constant__ FwdParams p) {
   using Element = typename K::Element;
   constexpr int kM = K::kWarpMTiles;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // swizzled tiles start on 128-byte boundaries
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
   Element* sK = sQ + K::kBlockM * K::kSmemStride;
   Element* sV = sK + K::kBlockN * K::kSmemStride;
@@ -73,11 +73,12 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   if (p.rotary_cos != nullptr) {  // queries rotate at cache_seqlens[b] + i, in shared memory
     cp_async_wait<0>();
     __syncthreads();  // the loop's first barrier orders these writes before any read of sQ
-    static_assert(!K::Rows::kSwizzled, "rotate_pair indexes a row of Q by element");
     const int pairs = p.rotary_dim / 2;
     for (int c = threadIdx.x; c < m_rows * pairs; c += K::kThreads) {
-      const int64_t position = int64_t(p.cache_seqlens[b]) + (m_start + c / pairs) / pack;
-      rotate_pair<Element, float>(p, sQ + (c / pairs) * K::kSmemStride, position, c % pairs);
+      const int row = c / pairs;
+      const int64_t position = int64_t(p.cache_seqlens[b]) + (m_start + row) / pack;
+      rotate_pair<Element, float>(p, position, c % pairs,
+                                  [&](int col) -> Element& { return sQ[K::Rows::offset(row, col)]; });
     }
   }
   // Row 0 of this sequence and kv head in k and v (paged caches address rows page by page).

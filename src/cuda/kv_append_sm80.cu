@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(kAppendThreads) kv_append_kernel(const __grid_
   for (int e = threadIdx.x; e < p.d_v; e += kAppendThreads) v[e] = v_new[e];
   if (p.rotary_cos == nullptr) return;
   __syncthreads();  // the row is in place: rotate its pairs there
-  for (int r = threadIdx.x; r < p.rotary_dim / 2; r += kAppendThreads) rotate_pair<Element, double>(p, k, j, r);
+  for (int r = threadIdx.x; r < p.rotary_dim / 2; r += kAppendThreads)
+    rotate_pair<Element, double>(p, j, r, [&](int c) -> Element& { return k[c]; });
 }
 
 }  // namespace

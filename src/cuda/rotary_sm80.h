@@ -27,17 +27,20 @@ __device__ __forceinline__ void rotary_pair(const FwdParams& p, int r, int* firs
   *second = p.rotary_interleaved ? 2 * r + 1 : r + p.rotary_dim / 2;
 }
 
-// Rotates pair r of `row` (any memory) in place at position pos, computing in Compute: double for
-// the appended keys (which must round exactly as the CPU backends' append does), float for queries.
-template <class Element, class Compute>
-__device__ __forceinline__ void rotate_pair(const FwdParams& p, Element* row, int64_t pos, int r) {
+// Rotates pair r of a row in place at position pos, computing in Compute: double for the appended
+// keys (which must round exactly as the CPU backends' append does), float for queries. The row's
+// column c is at(c) (any memory: a plain row, or one of a swizzled shared-memory tile).
+template <class Element, class Compute, class ColumnAt>
+__device__ __forceinline__ void rotate_pair(const FwdParams& p, int64_t pos, int r, ColumnAt at) {
   float c, s;
   rotary_angle<Element>(p, pos, r, &c, &s);
   int first, second;
   rotary_pair(p, r, &first, &second);
-  const Compute a = Compute(float(row[first])), b = Compute(float(row[second]));
-  row[first] = Element(float(a * Compute(c) - b * Compute(s)));
-  row[second] = Element(float(a * Compute(s) + b * Compute(c)));
+  Element& x = at(first);
+  Element& y = at(second);
+  const Compute a = Compute(float(x)), b = Compute(float(y));
+  x = Element(float(a * Compute(c) - b * Compute(s)));
+  y = Element(float(a * Compute(s) + b * Compute(c)));
 }
 
 }  // namespace flashattn::cuda
