@@ -19,7 +19,7 @@ struct WarpGemmShape {
   static constexpr int kNTiles = kNTiles_;
   static constexpr int kBlockN = kNTiles * 8;
   static constexpr int kDTiles = kDTiles_;
-  using Rows = SmemRows<kHeadDim, true>;
+  using Rows = SmemRows<kHeadDim>;
   static constexpr int kSmemStride = Rows::kStride;
 };
 
@@ -32,7 +32,7 @@ struct BwdSm80Base {
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kChunksPerRow = kHeadDim / 8;
-  using Rows = SmemRows<kHeadDim, true>;
+  using Rows = SmemRows<kHeadDim>;
   static constexpr int kSmemStride = Rows::kStride;
 };
 

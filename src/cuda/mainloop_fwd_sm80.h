@@ -25,7 +25,7 @@ struct FwdSm80 {
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
   static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per warp
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
-  using Rows = SmemRows<kHeadDim, true>;
+  using Rows = SmemRows<kHeadDim>;
   static constexpr int kSmemStride = Rows::kStride;
   static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemStride * int(sizeof(Element));
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "tile shapes must fit m16n8k16 steps");

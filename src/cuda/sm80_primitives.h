@@ -17,16 +17,17 @@
 namespace flashattn::cuda {
 
 // Where element (row, col) of a tile of head-dim rows of 16-bit elements sits in shared memory.
-// Padded: each row takes 16 bytes more than its data, so the 8 rows one ldmatrix phase reads
-// start in distinct banks. Swizzled (head dims 64, 128, 256): rows unpadded, and the 16-byte chunk
-// c of row r stored at chunk c ^ (r % 8) of its 128-byte block: the ldmatrix rows still hit
-// distinct banks, and each 128-byte block of a global row lands in one aligned 128-byte block of
-// shared memory (with padding, the cp.async writes of 7 rows in 8 straddle two).
-template <int kHeadDim, bool kSwizzle>
+// Swizzled (head dims 64, 128, 256): rows unpadded, the 16-byte chunk c of row r stored at chunk
+// c ^ (r % 8) of its 128-byte block, so the 8 rows one ldmatrix phase reads hit distinct banks and
+// each 128-byte block of a global row lands in one aligned 128-byte block of shared memory.
+// Padded (the other head dims): each row takes 16 bytes more than its data, which also spreads
+// the ldmatrix rows over the banks, but the cp.async writes of 7 rows in 8 straddle two blocks
+// (the swizzle measured 1.02-1.10x over padding, docs/performance.md).
+template <int kHeadDim>
 struct SmemRows {
   // Powers of two only: the column parts the kernels split the rows into are then powers of two
   // too, which step() relies on.
-  static constexpr bool kSwizzled = kSwizzle && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256);
+  static constexpr bool kSwizzled = kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256;
   static constexpr int kStride = kSwizzled ? kHeadDim : kHeadDim + 8;
   __device__ __forceinline__ static int offset(int row, int col) {
     if constexpr (kSwizzled) return row * kStride + (col ^ ((row & 7) << 3));

@@ -160,7 +160,7 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
               kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
-      // d 64 and 128: 178 and 173 KB) but holds this (91 and 155 KB; bwd_has_compact_tile): v6's
+      // d 64 and 128: 166 and 165 KB) but holds this (83 and 147 KB; bwd_has_compact_tile): v6's
       // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
       return {8, 1, 1, 64, 1, 1, false};
   }
