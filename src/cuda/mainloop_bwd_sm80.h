@@ -112,7 +112,7 @@ __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, 
   // The lanes' row addresses for the first k16 step and m16 / n16 tile; the others at constant offsets.
   const uint32_t a0 = smem_addr(sA) + 2 * (kATransposed ? ((lane / 16) * 8 + lane % 8) * kStrideA + ((lane / 8) % 2) * 8
                                                         : (lane % 16) * kStrideA + (lane / 16) * 8);
-  const uint32_t b0 = smem_addr(sB) + 2 * RowsB::offset(lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
+  const uint32_t b0 = RowsB::address(sB, lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
 #pragma unroll
   for (int kc = 0; kc < kK / 16; ++kc) {
     uint32_t a[kM][4];  // per tile: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
@@ -136,7 +136,7 @@ __device__ __forceinline__ void gemm_smem(const Element* sA, const Element* sB, 
     }
     if constexpr (kDTiles % 2 == 1) {
       uint32_t b[2];
-      ldmatrix_x2_trans(smem_addr(sB) + 2 * RowsB::offset(kc * 16 + lane % 16, col0 + (kDTiles - 1) * 8), b);
+      ldmatrix_x2_trans(RowsB::address(sB, kc * 16 + lane % 16, col0 + (kDTiles - 1) * 8), b);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_16x8x16<Element>(acc[mt][kDTiles - 1], a[mt], b[0], b[1]);
     }

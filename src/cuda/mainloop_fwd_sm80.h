@@ -85,8 +85,8 @@ __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
   using Rows = typename K::Rows;
   // The lanes' row addresses for the first k16 step (Q: this warp's first m16 tile, K: the first
   // n16 pair); the others are steps from them.
-  const uint32_t q0 = smem_addr(sQ) + 2 * Rows::offset(warp_row0 + lane % 16, (lane / 16) * 8);
-  const uint32_t k0 = smem_addr(sK) + 2 * Rows::offset(lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8);
+  const uint32_t q0 = Rows::address(sQ, warp_row0 + lane % 16, (lane / 16) * 8);
+  const uint32_t k0 = Rows::address(sK, lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8);
 #pragma unroll
   for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
     uint32_t a[K::kWarpMTiles][4];
@@ -115,7 +115,7 @@ __device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTi
   using Element = typename K::Element;
   using Rows = typename K::Rows;
   static_assert(!Rows::kSwizzled || (K::kDTiles & (K::kDTiles - 1)) == 0, "step() needs a power-of-two width");
-  const uint32_t v0 = smem_addr(sV) + 2 * Rows::offset(lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
+  const uint32_t v0 = Rows::address(sV, lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
 #pragma unroll
   for (int kc = 0; kc < K::kBlockN / 16; ++kc) {
     uint32_t a[K::kWarpMTiles][4];

@@ -16,6 +16,11 @@
 
 namespace flashattn::cuda {
 
+// The 32-bit shared-memory address of an element of a tile.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // Where element (row, col) of a tile of head-dim rows of 16-bit elements sits in shared memory.
 // Swizzled (head dims 64, 128, 256): rows unpadded, the 16-byte chunk c of row r stored at chunk
 // c ^ (r % 8) of its 128-byte block, so the 8 rows one ldmatrix phase reads hit distinct banks and
@@ -33,6 +38,10 @@ struct SmemRows {
     if constexpr (kSwizzled) return row * kStride + (col ^ ((row & 7) << 3));
     return row * kStride + col;
   }
+  // The shared-memory address of element (row, col) of the tile at `tile`.
+  __device__ __forceinline__ static uint32_t address(const void* tile, int row, int col) {
+    return smem_addr(tile) + uint32_t(offset(row, col)) * 2;
+  }
   // The shared-memory address of (row + dr, col + dc) from that of (row, col), for dr a multiple
   // of 8 and dc of 16 known at compile time: one add, and with the swizzle one XOR. The swizzled
   // form holds where the tile starts on a 128-byte boundary and col + dc == col | dc below bit 6
@@ -42,11 +51,6 @@ struct SmemRows {
     return addr + uint32_t(dr * kStride + dc) * 2;
   }
 };
-
-// The 32-bit shared-memory address of an element of a tile.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // 16 bytes global -> shared; when !valid the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
