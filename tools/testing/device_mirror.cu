@@ -38,6 +38,10 @@ DeviceMirror::DeviceMirror(const std::vector<Buffer*>& buffers) {
     entries_.push_back(e);
     check(cudaMemcpy(e.device, b->storage(), b->storage_bytes(), cudaMemcpyHostToDevice), "upload");
   }
+  // A copy from pageable host memory may return before its DMA lands, and nothing orders it
+  // before work on a non-blocking stream: without this, a test's kernel could read inputs not yet
+  // there, or its outputs be overwritten afterwards by the upload of their NaN poison.
+  check(cudaDeviceSynchronize(), "upload");
 }
 
 DeviceMirror::~DeviceMirror() {
