@@ -141,13 +141,19 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
     origin.col0 = n_block * K::kBlockN;
     if (!plain_scores) apply_score_mods(s, mod, origin);
     if (n_block < unmasked.min || n_block >= unmasked.max) apply_mask(s, mod, origin);
+    uint32_t p16[kM][K::kNTiles][2];  // P in 16 bits, with K::kRoundPEarly (tile_size.h)
     softmax.update(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
       if (kScoreMods && p.dropout_threshold != 0) {
         dropout_pair(x0, x1, rng, p.dropout_scale, origin.row0 + mt * 16 + origin.g + 8 * half,
                      origin.col0 + nt * 8 + 2 * origin.t);
       }
+      if constexpr (K::kRoundPEarly) p16[mt][nt][half] = pack2<Element>(x0, x1);
     });
-    gemm_pv<K>(s, sV, 0, acc_o, lane);
+    if constexpr (K::kRoundPEarly) {
+      gemm_pv<K>(p16, sV, 0, acc_o, lane);
+    } else {
+      gemm_pv<K>(s, sV, 0, acc_o, lane);
+    }
   }
 
   cp_async_wait<0>();  // a tile with no key never waited for its Q copy

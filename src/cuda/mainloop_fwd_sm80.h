@@ -22,6 +22,7 @@ struct FwdSm80 {
   static constexpr int kMinCtasPerSm = kFewRows ? kFwdFewRowsCtasPerSm : 1;
   static constexpr int kBlockM = kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockN = FwdTileSm80<kHeadDim>::kBlockN;
+  static constexpr bool kRoundPEarly = FwdTileSm80<kHeadDim>::kRoundPEarly;
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
   static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per warp
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row
@@ -36,8 +37,9 @@ struct FwdSm80 {
 // Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen
 // tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
 // Each thread keeps one column and walks its rows by pointer increments, so a tile costs one add
-// and one predicate per 16 bytes. (A separate unpredicated path for whole tiles was if-converted:
-// both forms of every copy were issued.)
+// and one predicate per 16 bytes: a copy past the rows keeps its address, which the zero fill
+// never reads (cp.async with source size 0). (A separate unpredicated path for whole tiles was
+// if-converted: both forms of every copy were issued.)
 template <class K, int kRows>
 __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
                                                 const typename K::Element* row0,
@@ -49,7 +51,7 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
 #pragma unroll
     for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
       const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
-      cp_async_16(smem + K::Rows::offset(r + pass * kRowsPerPass, col), valid ? src : row0, valid);
+      cp_async_16(smem + K::Rows::offset(r + pass * kRowsPerPass, col), src, valid);
       src += kRowsPerPass * row_stride;
     }
   } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
@@ -105,38 +107,59 @@ __device__ __forceinline__ void gemm_qk(const typename K::Element* sQ,
   }
 }
 
-// acc_o[mt][dt] += P V[tile]: P comes from the S accumulators (the C layout of two n8 tiles is the
-// A layout of one k16 step), V's columns [col0, col0 + kDTiles * 8) from smem through the
-// transposing ldmatrix (col0 a multiple of that width).
-template <class K>
-__device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTiles][4],
-                                        const typename K::Element* sV, int col0,
-                                        float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
+// acc_o[mt][dt] += P V[tile]: a_of(mt, kc, a) gives P's A fragment of m-tile mt and k16 step kc
+// (the C layout of two n8 tiles is the A layout of one k16 step); V's columns
+// [col0, col0 + kDTiles * 8) from smem through the transposing ldmatrix (col0 a multiple of that
+// width). The fragment is asked for at each product pair: with P in 16 bits, the order that gave
+// d 128 its fewest register copies (96 MOV per tile against 125 with one fragment per k16 step).
+template <class K, class PFragment>
+__device__ __forceinline__ void gemm_pv_fragments(PFragment a_of, const typename K::Element* sV, int col0,
+                                                  float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
   using Element = typename K::Element;
   using Rows = typename K::Rows;
   static_assert(!Rows::kSwizzled || (K::kDTiles & (K::kDTiles - 1)) == 0, "step() needs a power-of-two width");
   const uint32_t v0 = Rows::address(sV, lane % 8 + ((lane / 8) % 2) * 8, col0 + (lane / 16) * 8);
 #pragma unroll
   for (int kc = 0; kc < K::kBlockN / 16; ++kc) {
-    uint32_t a[K::kWarpMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
-      a[mt][0] = pack2<Element>(p[mt][2 * kc][0], p[mt][2 * kc][1]);
-      a[mt][1] = pack2<Element>(p[mt][2 * kc][2], p[mt][2 * kc][3]);
-      a[mt][2] = pack2<Element>(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
-      a[mt][3] = pack2<Element>(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
-    }
 #pragma unroll
     for (int dp = 0; dp < K::kDTiles / 2; ++dp) {
       uint32_t b[4];
       ldmatrix_x4_trans(Rows::step(v0, kc * 16, dp * 16), b);
 #pragma unroll
       for (int mt = 0; mt < K::kWarpMTiles; ++mt) {
-        mma_16x8x16<Element>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
-        mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        uint32_t a[4];
+        a_of(mt, kc, a);
+        mma_16x8x16<Element>(acc_o[mt][2 * dp], a, b[0], b[1]);
+        mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], a, b[2], b[3]);
       }
     }
   }
+}
+
+// P from f32 accumulators, rounded here.
+template <class K>
+__device__ __forceinline__ void gemm_pv(const float (&p)[K::kWarpMTiles][K::kNTiles][4],
+                                        const typename K::Element* sV, int col0,
+                                        float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
+  using Element = typename K::Element;
+  auto a_of = [&](int mt, int kc, uint32_t (&a)[4]) {
+    a[0] = pack2<Element>(p[mt][2 * kc][0], p[mt][2 * kc][1]);
+    a[1] = pack2<Element>(p[mt][2 * kc][2], p[mt][2 * kc][3]);
+    a[2] = pack2<Element>(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
+    a[3] = pack2<Element>(p[mt][2 * kc + 1][2], p[mt][2 * kc + 1][3]);
+  };
+  gemm_pv_fragments<K>(a_of, sV, col0, acc_o, lane);
+}
+
+// P already in 16 bits: p[mt][nt][half] = rows g + 8 * half, columns 2t and 2t + 1 of n8 tile nt.
+template <class K>
+__device__ __forceinline__ void gemm_pv(const uint32_t (&p)[K::kWarpMTiles][K::kNTiles][2],
+                                        const typename K::Element* sV, int col0,
+                                        float (&acc_o)[K::kWarpMTiles][K::kDTiles][4], int lane) {
+  auto a_of = [&](int mt, int kc, uint32_t (&a)[4]) {
+    a[0] = p[mt][2 * kc][0], a[1] = p[mt][2 * kc][1], a[2] = p[mt][2 * kc + 1][0], a[3] = p[mt][2 * kc + 1][1];
+  };
+  gemm_pv_fragments<K>(a_of, sV, col0, acc_o, lane);
 }
 
 }  // namespace flashattn::cuda

@@ -13,16 +13,38 @@ struct FwdTileSm80;
 // 4 warps x 2 m-tiles (128-row tiles) up to d 128: 255 registers, two CTAs per SM. 128-key tiles
 // at d <= 64 (227 TFLOP/s at d 64, 16k, against 219 with 64 keys), 64 at d 96/128 (297 against
 // 258 with 32 keys and 211 with 8 warps x 1 m-tile).
-template <> struct FwdTileSm80<32> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128; };
-template <> struct FwdTileSm80<64> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128; };
-template <> struct FwdTileSm80<96> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64; };
-template <> struct FwdTileSm80<128> { static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64; };
+// kRoundPEarly: P is rounded to 16 bits pair by pair as the softmax makes it, rather than by the
+// O += P V product; at d 96 / 128 (64 S + 128 O floats per thread) that frees the registers the
+// allocator otherwise filled with copies into HMMA's operand quads (82 MOV per tile instead of
+// 153): 1.005-1.026x at d 128, against 0.987-1.015x at d 64 and 0.986-1.000x at d 256
+// (docs/performance.md, sm80 forward v6).
+template <> struct FwdTileSm80<32> {
+  static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128;
+  static constexpr bool kRoundPEarly = false;
+};
+template <> struct FwdTileSm80<64> {
+  static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128;
+  static constexpr bool kRoundPEarly = false;
+};
+template <> struct FwdTileSm80<96> {
+  static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64;
+  static constexpr bool kRoundPEarly = true;  // follows d 128 (not timed on its own)
+};
+template <> struct FwdTileSm80<128> {
+  static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64;
+  static constexpr bool kRoundPEarly = true;
+};
 // d > 128: O alone is 80..128 floats per m-tile, so one m-tile per warp: 4 warps, 64 x 64 tiles
 // (260 TFLOP/s at d 256, 16k, against 250 with 8 warps and 214 with 32-key tiles).
-template <> struct FwdTileSm80<160> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
-template <> struct FwdTileSm80<192> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
-template <> struct FwdTileSm80<224> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
-template <> struct FwdTileSm80<256> { static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64; };
+template <int kHeadDim>
+struct FwdTileSm80Wide {
+  static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64;
+  static constexpr bool kRoundPEarly = false;
+};
+template <> struct FwdTileSm80<160> : FwdTileSm80Wide<160> {};
+template <> struct FwdTileSm80<192> : FwdTileSm80Wide<192> {};
+template <> struct FwdTileSm80<224> : FwdTileSm80Wide<224> {};
+template <> struct FwdTileSm80<256> : FwdTileSm80Wide<256> {};
 
 // The few-rows variant of the sm80 forward, for problems whose query rows fit one 64-row tile
 // (decoding with packed GQA heads, short chunks): one m-tile per warp halves the registers, so four
