@@ -59,7 +59,7 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
     for (int c = threadIdx.x; c < kRows * K::kChunksPerRow; c += K::kThreads) {
       const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
       const bool valid = r < valid_rows && col < d;
-      cp_async_16(smem + K::Rows::offset(r, col), valid ? row0 + r * row_stride + col : row0, valid);
+      cp_async_16(smem + K::Rows::offset(r, col), row0 + r * row_stride + col, valid);
     }
   }
 }
