@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if (n_block < w.unmasked.min || n_block >= w.unmasked.max) {
         apply_mask</*kRelativeRange=*/true>(s, score_mod(p, w.slope), origin);
       }
-      softmax.update_scores(
+      softmax.update_scores<K::kTreeReduce>(
           s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
     };
     // P of the last softmax into the O product's register operand: the accumulator's register

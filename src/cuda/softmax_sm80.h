@@ -22,6 +22,19 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// v[0] op v[1] op ... op v[n - 1] as a balanced tree: log2(n) dependent steps instead of the n - 1
+// of a running accumulator, whose latency (not its instruction count) set the sm90a softmax's
+// span (docs/performance.md, sm90a v10). v is overwritten.
+template <int kN, class Op>
+__device__ __forceinline__ float tree_reduce(float (&v)[kN], Op op) {
+#pragma unroll
+  for (int stride = 1; stride < kN; stride *= 2) {
+#pragma unroll
+    for (int i = 0; i + stride < kN; i += 2 * stride) v[i] = op(v[i], v[i + stride]);
+  }
+  return v[0];
+}
+
 // The tiles of block_n keys [min, max) that some query row in [first_row, last_row] keeps
 // (first_key and last_key grow with the row); min == max when no row keeps a key.
 struct KeyTiles {
@@ -124,18 +137,24 @@ struct OnlineSoftmax {
   // update() without touching O, for a kernel whose O accumulators are still being written when
   // the next tile's scores arrive (the sm90a forward): the weights and the running max and sum;
   // on_correction(mt, half, c) receives each row's O correction, for rescale() once O is free.
-  template <int kNTiles, class OnCorrection, class AfterSum>
+  // kTreeReduce: the row's max and sum over the tile as balanced trees (tree_reduce) rather than
+  // running accumulators, for a kernel whose softmax span is its limit (the sm90a forward's tiles).
+  template <bool kTreeReduce = false, int kNTiles, class OnCorrection, class AfterSum>
   __device__ __forceinline__ void update_scores(float (&s)[kM][kNTiles][4], OnCorrection on_correction,
                                                 AfterSum after_sum) {
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
+        float part[kNTiles];  // per column tile: its pair's max, then its pair's sum (kTreeReduce)
         float tile_max = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+          const float pair_max = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+          if constexpr (kTreeReduce) part[nt] = pair_max;
+          else tile_max = fmaxf(tile_max, pair_max);
         }
+        if constexpr (kTreeReduce) tile_max = tree_reduce(part, [](float a, float b) { return fmaxf(a, b); });
         const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
         const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
@@ -149,9 +168,11 @@ struct OnlineSoftmax {
           float& x1 = s[mt][nt][2 * half + 1];
           x0 = fast_exp2(fmaf(x0, score_scale, -base));
           x1 = fast_exp2(fmaf(x1, score_scale, -base));
-          row_sum[mt][half] += x0 + x1;
+          if constexpr (kTreeReduce) part[nt] = x0 + x1;
+          else row_sum[mt][half] += x0 + x1;
           after_sum(x0, x1, mt, half, nt);
         }
+        if constexpr (kTreeReduce) row_sum[mt][half] += tree_reduce(part, [](float a, float b) { return a + b; });
       }
     }
   }

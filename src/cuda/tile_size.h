@@ -78,7 +78,10 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // corrections in the warpgroup's turn at the tensor cores (after the S product's issue) rather than
 // right after the softmax, where it lengthens the span the other warpgroup's products must cover;
 // worth it where that span is the limit (d 128: 1.010-1.029x on the grid; d 256, whose products
-// outlast the softmax: 0.96-1.02x, no gain; docs/performance.md, sm90a v8).
+// outlast the softmax: 0.96-1.02x, no gain; docs/performance.md, sm90a v8). kTreeReduce: each
+// row's max and sum over a tile as balanced trees (OnlineSoftmax::update_scores), which shortens
+// the softmax's dependent chains: 1.00-1.05x on the two-warpgroup tiles (d 64 causal 1k / 2k
+// 1.04-1.05x); the wide tile keeps the running accumulators (0.95-0.98x at causal 4k-16k; sm90a v10).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
@@ -86,6 +89,7 @@ struct FwdTileSm90;
 template <> struct FwdTileSm90<64> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
+  static constexpr bool kTreeReduce = true;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB. The softmax is the limit (d 96
 // follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
@@ -93,10 +97,12 @@ template <> struct FwdTileSm90<64> {
 template <> struct FwdTileSm90<96> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
+  static constexpr bool kTreeReduce = true;
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
+  static constexpr bool kTreeReduce = true;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB. (112 keys, as
 // FlashAttention-3, 216 KB, spilled 96 bytes while Q's descriptors were held across the loop; it
@@ -104,6 +110,7 @@ template <> struct FwdTileSm90<128> {
 template <> struct FwdTileSm90<192> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
+  static constexpr bool kTreeReduce = true;
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
@@ -111,6 +118,7 @@ template <> struct FwdTileSm90<192> {
 template <> struct FwdTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
   static constexpr bool kRescaleInTurn = false;
+  static constexpr bool kTreeReduce = true;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -130,6 +138,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kExists = true;
   static constexpr int kConsumerWarpgroups = 3, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // no turns: 0.94-0.99x with the rescale between the issues
+  static constexpr bool kTreeReduce = false;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 4096;
 
