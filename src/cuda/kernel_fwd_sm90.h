@@ -253,9 +253,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       warpgroup_fence_operand(tOrO);
       if (releases) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
     };
-    // The scores of key tile i (S landed) into weights; each row's O correction. The last tile's
-    // S is the item's last read of Q: its buffer goes back to the producer.
+    // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
+    // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
+    // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
+    // the item's last read of Q: its buffer goes back to the producer.
     float correction[1][2];
+    bool rescale_o = true;
     auto softmax_tile = [&](int i) {
       warpgroup_fence_operand(tSrS);
       if (releases) {
@@ -268,8 +271,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if (n_block < w.unmasked.min || n_block >= w.unmasked.max) {
         apply_mask</*kRelativeRange=*/true>(s, score_mod(p, w.slope), origin);
       }
-      softmax.update_scores<K::kTreeReduce>(
+      softmax.update_scores<K::kTreeReduce, K::kMaxSlack>(
           s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
+      if constexpr (K::kMaxSlack > 0) {
+        rescale_o = __any_sync(0xffffffffu, correction[0][0] != 1.f || correction[0][1] != 1.f);
+      }
+    };
+    auto rescale = [&] {
+      if (rescale_o) OnlineSoftmax<1>::rescale(acc_o, correction);
     };
     // P of the last softmax into the O product's register operand: the accumulator's register
     // order is the A operand's, so element by element.
@@ -302,7 +311,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       for (int i = 1; i < n_keys; ++i) {
         turn_begin();
         issue_s(i);
-        if constexpr (K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
+        if constexpr (K::kRescaleInTurn) rescale();
         issue_o(i - 1);
         turn_end();
         // S of tile i; O += P V of tile i - 1 may still run, reading tOrP. The score modifiers'
@@ -312,11 +321,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         softmax_tile(i);
         warpgroup_wait<0>();
         release_v(i - 1);
-        if constexpr (!K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
+        if constexpr (!K::kRescaleInTurn) rescale();
         convert_p();
       }
       turn_begin();
-      if constexpr (K::kRescaleInTurn) OnlineSoftmax<1>::rescale(acc_o, correction);
+      if constexpr (K::kRescaleInTurn) rescale();
       issue_o(n_keys - 1);
       turn_end();
       warpgroup_wait<0>();

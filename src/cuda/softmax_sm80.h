@@ -139,7 +139,11 @@ struct OnlineSoftmax {
   // on_correction(mt, half, c) receives each row's O correction, for rescale() once O is free.
   // kTreeReduce: the row's max and sum over the tile as balanced trees (tree_reduce) rather than
   // running accumulators, for a kernel whose softmax span is its limit (the sm90a forward's tiles).
-  template <bool kTreeReduce = false, int kNTiles, class OnCorrection, class AfterSum>
+  // kMaxSlack > 0: a row keeps its max while the tile's exceeds it by at most kMaxSlack in log2
+  // units, so the weights reach at most 2^kMaxSlack and O's correction is exactly 1: the kernel
+  // may skip the rescale (the result is the same softmax, taken relative to a smaller base; f32
+  // sums and 16-bit weights hold 2^kMaxSlack with room to spare).
+  template <bool kTreeReduce = false, int kMaxSlack = 0, int kNTiles, class OnCorrection, class AfterSum>
   __device__ __forceinline__ void update_scores(float (&s)[kM][kNTiles][4], OnCorrection on_correction,
                                                 AfterSum after_sum) {
 #pragma unroll
@@ -155,7 +159,11 @@ struct OnlineSoftmax {
           else tile_max = fmaxf(tile_max, pair_max);
         }
         if constexpr (kTreeReduce) tile_max = tree_reduce(part, [](float a, float b) { return fmaxf(a, b); });
-        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
+        float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
+        // A row's first max (from -inf: the difference is +inf) is always taken.
+        if (kMaxSlack > 0 && (new_max - row_max[mt][half]) * score_scale <= float(kMaxSlack)) {
+          new_max = row_max[mt][half];
+        }
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
         const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
         const float correction = fast_exp2(row_max[mt][half] * score_scale - base);

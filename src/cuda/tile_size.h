@@ -82,6 +82,11 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // row's max and sum over a tile as balanced trees (OnlineSoftmax::update_scores), which shortens
 // the softmax's dependent chains: 1.00-1.05x on the two-warpgroup tiles (d 64 causal 1k / 2k
 // 1.04-1.05x); the wide tile keeps the running accumulators (0.95-0.98x at causal 4k-16k; sm90a v10).
+// kMaxSlack: how far (log2 units) a row's max may grow before the softmax moves it; with it, a
+// warp whose rows all kept their max skips O's rescale, which is then most tiles' (0: the max
+// follows every tile and O is always rescaled). Above d 64, where O is 48-128 floats per thread:
+// 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
+// rescale saves: 0.93-1.00x (sm90a v11).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
@@ -90,6 +95,7 @@ template <> struct FwdTileSm90<64> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
   static constexpr bool kTreeReduce = true;
+  static constexpr int kMaxSlack = 0;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB. The softmax is the limit (d 96
 // follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
@@ -98,11 +104,13 @@ template <> struct FwdTileSm90<96> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;  // follows d 128 (not timed on its own)
+  static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;
+  static constexpr int kMaxSlack = 8;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB. (112 keys, as
 // FlashAttention-3, 216 KB, spilled 96 bytes while Q's descriptors were held across the loop; it
@@ -111,6 +119,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
   static constexpr bool kTreeReduce = true;  // follows d 256 (not timed on its own)
+  static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
@@ -119,6 +128,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
   static constexpr bool kRescaleInTurn = false;
   static constexpr bool kTreeReduce = true;
+  static constexpr int kMaxSlack = 8;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -139,6 +149,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr int kConsumerWarpgroups = 3, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // no turns: 0.94-0.99x with the rescale between the issues
   static constexpr bool kTreeReduce = false;  // 0.95-0.98x at causal 4k-16k
+  static constexpr int kMaxSlack = 0;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 4096;
 
