@@ -142,7 +142,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
     if (!plain_scores) apply_score_mods(s, mod, origin);
     if (n_block < unmasked.min || n_block >= unmasked.max) apply_mask(s, mod, origin);
     uint32_t p16[kM][K::kNTiles][2];  // P in 16 bits, with K::kRoundPEarly (tile_size.h)
-    softmax.update(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
+    // The slack only without score modifiers: their instantiation's spills grew with it (not timed).
+    constexpr int kMaxSlack = kScoreMods ? 0 : K::kMaxSlack;
+    softmax.template update<kMaxSlack>(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
       if (kScoreMods && p.dropout_threshold != 0) {
         dropout_pair(x0, x1, rng, p.dropout_scale, origin.row0 + mt * 16 + origin.g + 8 * half,
                      origin.col0 + nt * 8 + 2 * origin.t);

@@ -23,6 +23,8 @@ struct FwdSm80 {
   static constexpr int kBlockM = kWarps * 16 * kWarpMTiles;
   static constexpr int kBlockN = FwdTileSm80<kHeadDim>::kBlockN;
   static constexpr bool kRoundPEarly = FwdTileSm80<kHeadDim>::kRoundPEarly;
+  // Not on the few-rows tile: there it spilled 388 bytes at d 128 (sm_80 code) instead of 16.
+  static constexpr int kMaxSlack = kFewRows ? 0 : FwdTileSm80<kHeadDim>::kMaxSlack;
   static constexpr int kNTiles = kBlockN / 8;   // n8 tiles of S per warp
   static constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of O per warp
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per smem row

@@ -124,14 +124,18 @@ struct OnlineSoftmax {
   // s <- unnormalised weights 2^(s * c - max * c) of this tile; acc_o rescaled to the new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
   // place for dropout, fused here so that the weights are visited once).
-  template <int kNTiles, int kDTiles, class AfterSum>
+  template <int kMaxSlack = 0, int kNTiles, int kDTiles, class AfterSum>
   __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
                                          AfterSum after_sum) {
     // Each row of O rescaled as soon as its correction is known, before the row's weights: the
     // order the sm80 kernels' register allocation is tuned for (rescaling after all weights made
     // the few-rows tile spill 412 bytes at d 128 instead of 84).
-    update_scores(
-        s, [&](int mt, int half, float correction) { rescale_row(acc_o, mt, half, correction); }, after_sum);
+    update_scores<false, kMaxSlack>(
+        s,
+        [&](int mt, int half, float correction) {
+          if (kMaxSlack == 0 || __any_sync(0xffffffffu, correction != 1.f)) rescale_row(acc_o, mt, half, correction);
+        },
+        after_sum);
   }
 
   // update() without touching O, for a kernel whose O accumulators are still being written when

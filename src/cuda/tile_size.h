@@ -18,21 +18,29 @@ struct FwdTileSm80;
 // allocator otherwise filled with copies into HMMA's operand quads (82 MOV per tile instead of
 // 153): 1.005-1.026x at d 128, against 0.987-1.015x at d 64 and 0.986-1.000x at d 256
 // (docs/performance.md, sm80 forward v6).
+// kMaxSlack: as the sm90a table's below (rows keep their max within 2^kMaxSlack and warps whose
+// rows all kept it skip O's rescale, 128 FMUL per thread and tile at d 128); for the table's
+// instantiation without score modifiers: 1.02-1.09x at d 128 (its 20 bytes of spills gone), at
+// d 256 0.99-1.04x, no gain (sm80 forward v7).
 template <> struct FwdTileSm80<32> {
   static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128;
   static constexpr bool kRoundPEarly = false;
+  static constexpr int kMaxSlack = 0;  // follows d 64 (not timed)
 };
 template <> struct FwdTileSm80<64> {
   static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 128;
   static constexpr bool kRoundPEarly = false;
+  static constexpr int kMaxSlack = 0;  // not timed: the sm90a forward lost 0-7% with it at d 64
 };
 template <> struct FwdTileSm80<96> {
   static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64;
   static constexpr bool kRoundPEarly = true;  // follows d 128 (not timed on its own)
+  static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
 };
 template <> struct FwdTileSm80<128> {
   static constexpr int kWarps = 4, kWarpMTiles = 2, kBlockN = 64;
   static constexpr bool kRoundPEarly = true;
+  static constexpr int kMaxSlack = 8;
 };
 // d > 128: O alone is 80..128 floats per m-tile, so one m-tile per warp: 4 warps, 64 x 64 tiles
 // (260 TFLOP/s at d 256, 16k, against 250 with 8 warps and 214 with 32-key tiles).
@@ -40,6 +48,7 @@ template <int kHeadDim>
 struct FwdTileSm80Wide {
   static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64;
   static constexpr bool kRoundPEarly = false;
+  static constexpr int kMaxSlack = 0;
 };
 template <> struct FwdTileSm80<160> : FwdTileSm80Wide<160> {};
 template <> struct FwdTileSm80<192> : FwdTileSm80Wide<192> {};
