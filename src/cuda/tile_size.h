@@ -95,7 +95,10 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // warp whose rows all kept their max skips O's rescale, which is then most tiles' (0: the max
 // follows every tile and O is always rescaled). Above d 64, where O is 48-128 floats per thread:
 // 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
-// rescale saves: 0.93-1.00x (sm90a v11).
+// rescale saves: 0.93-1.00x (sm90a v11). kPrefetchNext: the producer prefetches a work item's Q and
+// first K / V tiles into L2 as soon as it takes the item, about kStages key tiles before their
+// loads; worth it where Q is largest against an item's work (64 KB at d 256: 1.02-1.05x at 512 /
+// 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
@@ -105,6 +108,7 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 0;
+  static constexpr bool kPrefetchNext = false;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB. The softmax is the limit (d 96
 // follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
@@ -114,12 +118,14 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;  // follows d 128 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
+  static constexpr bool kPrefetchNext = false;  // follows d 128 (not timed on its own)
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
+  static constexpr bool kPrefetchNext = false;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB. (112 keys, as
 // FlashAttention-3, 216 KB, spilled 96 bytes while Q's descriptors were held across the loop; it
@@ -129,6 +135,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
   static constexpr bool kTreeReduce = true;  // follows d 256 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
+  static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
@@ -138,6 +145,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr bool kRescaleInTurn = false;
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
+  static constexpr bool kPrefetchNext = true;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -159,6 +167,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kRescaleInTurn = false;  // no turns: 0.94-0.99x with the rescale between the issues
   static constexpr bool kTreeReduce = false;  // 0.95-0.98x at causal 4k-16k
   static constexpr int kMaxSlack = 0;
+  static constexpr bool kPrefetchNext = false;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 4096;
 
