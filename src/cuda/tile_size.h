@@ -155,8 +155,9 @@ template <> struct FwdTileSm90<256> {
 // 160 registers per consumer thread (S 64 + P 32 + O 32 floats fit). Measured on an H100 against
 // the turn-taking 128-row tile (docs/performance.md, sm90a v7): 1.02-1.12x without a mask,
 // 1.03-1.05x with a causal mask from 8k query rows, 1.00 at 4k and 0.82-0.98x below, where more of
-// each 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows. No
-// gain from 4 stages (0.99-1.01x).
+// each 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows: 8k
+// since the 128-row tile's trees (kTreeReduce), with which that tile is 1.02x the wide one at
+// causal 4k and 0.97x at 8k / 16k (sm90a v13). No gain from 4 stages (0.99-1.01x).
 template <int kHeadDim>
 struct FwdWideTileSm90 {
   static constexpr bool kExists = false;
@@ -169,7 +170,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr int kMaxSlack = 0;
   static constexpr bool kPrefetchNext = false;
 };
-constexpr int kFwdSm90WideMinMaskedRows = 4096;
+constexpr int kFwdSm90WideMinMaskedRows = 8192;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
