@@ -123,7 +123,8 @@ struct OnlineSoftmax {
 
   // s <- unnormalised weights 2^(s * c - max * c) of this tile; acc_o rescaled to the new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
-  // place for dropout, fused here so that the weights are visited once).
+  // place for dropout, fused here so that the weights are visited once). kMaxSlack: as in
+  // update_scores; a row of O is rescaled only where some lane of the warp has a correction.
   template <int kMaxSlack = 0, int kNTiles, int kDTiles, class AfterSum>
   __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
                                          AfterSum after_sum) {
