@@ -6,10 +6,15 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
-#                        [--profile D,SEQLEN] [--fwd-only]
+#                        [--profile D,SEQLEN] [--fwd-only] [--rounds N] [--interleaved]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
+# --rounds N: the benchmark's grids (ours, the sm80 forward, PyTorch's) N times in alternation, and
+# the table of each point's median over the rounds, so that a drift of the GPU's clock over the
+# minutes of one grid weighs on every column alike (default 1).
+# --interleaved: instead, scripts/bench_interleaved.py: our library (through its C API), FA2 and
+# cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too).
 # --profile: Nsight Compute (full set, per-instruction stall samples) of our forward (the cuda
 # backend's: sm90a on a Hopper GPU) and backward kernels and of PyTorch's FlashAttention-2 ones at
 # one non-causal bf16 point of the standard grid.
@@ -20,7 +25,7 @@ cd "$(dirname "$0")/.."
 dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
-run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile="" suites="fwd bwd"
+run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile="" suites="fwd bwd" rounds=1 interleaved=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -34,6 +39,8 @@ while [ $# -gt 0 ]; do
     --no-peers) peers=0; shift ;;
     --fwd-only) suites="fwd"; shift ;;
     --profile) profile="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --interleaved) interleaved=1; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -95,25 +102,33 @@ if [ $run_sanitizer = 1 ]; then
   done
 fi
 
-if [ $run_bench = 1 ]; then
+if [ $run_bench = 1 ] && [ $interleaved = 1 ]; then
+  bwd_flag=(); [ $bench_bwd = 1 ] && bwd_flag=(--bwd)
+  timeout 500 python3 scripts/bench_interleaved.py --lib build-gpu/src/libflashattn.so "${bwd_flag[@]}" \
+    > "$out/bench-table.txt" 2> "$out/bench-interleaved.err" || tail -5 "$out/bench-interleaved.err"
+  cat "$out/bench-table.txt"
+elif [ $run_bench = 1 ]; then
   ours_flags=(--fwd-only) torch_flags=()
   [ $bench_bwd = 1 ] && ours_flags=() torch_flags=(--bwd)
-  timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
-    > "$out/bench-flashattn.csv" 2> "$out/bench-flashattn.err" || tail -5 "$out/bench-flashattn.err"
-  : > "$out/bench-sm80.csv"
-  if [ $bench_sm80 = 1 ]; then
-    timeout 200 build-gpu/tools/flashattn/flashattn bench --backend cuda-sm80 --csv --fwd-only \
-      > "$out/bench-sm80.csv" 2> "$out/bench-sm80.err" || tail -5 "$out/bench-sm80.err"
-  fi
-  : > "$out/bench-torch.csv"
-  if [ $peers = 1 ]; then
-    timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch.csv" 2> "$out/bench-torch.err" ||
-      tail -5 "$out/bench-torch.err"
-  fi
+  for r in $(seq "$rounds"); do
+    timeout 300 build-gpu/tools/flashattn/flashattn bench --backend cuda --csv "${ours_flags[@]}" \
+      > "$out/bench-flashattn-$r.csv" 2> "$out/bench-flashattn-$r.err" || tail -5 "$out/bench-flashattn-$r.err"
+    : > "$out/bench-sm80-$r.csv"
+    if [ $bench_sm80 = 1 ]; then
+      timeout 200 build-gpu/tools/flashattn/flashattn bench --backend cuda-sm80 --csv --fwd-only \
+        > "$out/bench-sm80-$r.csv" 2> "$out/bench-sm80-$r.err" || tail -5 "$out/bench-sm80-$r.err"
+    fi
+    : > "$out/bench-torch-$r.csv"
+    if [ $peers = 1 ]; then
+      timeout 300 python3 scripts/bench_torch.py "${torch_flags[@]}" > "$out/bench-torch-$r.csv" \
+        2> "$out/bench-torch-$r.err" || tail -5 "$out/bench-torch-$r.err"
+    fi
+    note "benchmark round $r of $rounds done"
+  done
   timeout 120 build-gpu/tools/flashattn/flashattn bench-decode --backend cuda > "$out/bench-decode.txt" 2>&1
   cat "$out/bench-decode.txt"
-  python3 scripts/bench_table.py "$out/bench-flashattn.csv" "$out/bench-torch.csv" "$out/bench-sm80.csv" |
-    tee "$out/bench-table.txt"
+  python3 scripts/bench_table.py --ours "$out"/bench-flashattn-*.csv --torch "$out"/bench-torch-*.csv \
+    --sm80 "$out"/bench-sm80-*.csv | tee "$out/bench-table.txt"
 fi
 
 if [ -n "$profile" ]; then

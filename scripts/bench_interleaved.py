@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""flashattn (its C API through scripts/flashattn_ctypes.py), PyTorch's FlashAttention-2 and cuDNN
+backends of scaled_dot_product_attention on the same tensors at each point of the standard grid
+(16k tokens, heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one batch
+of `repeat` back-to-back calls per library (CUDA events around the batch, so that host overhead
+between calls is hidden as in an engine's stream), each library's time the median of its rounds.
+Alternating within a point keeps the GPU's clock drift (its temperature follows the last minutes of
+work) from favouring whichever library a grid-by-grid comparison runs first. The forward of the
+peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
+writes lse as well. Prints the bf16 GEMM rate and a table. Runs on the device machine only."""
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flashattn_ctypes as fc  # noqa: E402
+
+PEERS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def batch_ms(fn, repeat, backend=None):
+    """Mean time of `repeat` back-to-back calls, one pair of events around them."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if backend is None:
+        start.record()
+        for _ in range(repeat):
+            fn()
+        end.record()
+    else:
+        with sdpa_kernel(backend):
+            start.record()
+            for _ in range(repeat):
+                fn()
+            end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def gemm_tflops(repeat):
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(5):
+        a @ b
+    ms = statistics.median(batch_ms(lambda: a @ b, repeat) for _ in range(5))
+    return 2 * 8192**3 / ms / 1e9
+
+
+def make_input(shape, data, layout):
+    """A (batch, heads, seqlen, d) tensor, stored in that order or as (batch, seqlen, heads, d)."""
+    b, h, s, d = shape
+    stored = (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
+    t = torch.empty(stored, device="cuda", dtype=torch.bfloat16)
+    t.normal_() if data == "normal" else t.uniform_(-1, 1)
+    return t if layout == "bhsd" else t.transpose(1, 2)
+
+
+class Ours:
+    """flashattn's forward and backward on torch's (batch, heads, seqlen, d) tensors, which the C API
+    takes as strided (batch, seqlen, heads, d) views."""
+
+    def __init__(self, lib, backend, q, k, v, out, lse, dout, dq, dk, dv, causal):
+        self.lib = lib
+
+        def view(t):
+            b, h, s, d = t.shape
+            return fc.tensor(t.data_ptr(), "bf16", (b, s, h, d), (t.stride(0), t.stride(2), t.stride(1), 1))
+
+        stream = torch.cuda.current_stream().cuda_stream
+        self.fwd = lib.params("fwd")
+        f = self.fwd
+        f.q, f.k, f.v, f.out = view(q), view(k), view(v), view(out)
+        f.lse = fc.tensor(lse.data_ptr(), "f32", tuple(lse.shape), tuple(lse.stride()))
+        f.opts.causal = int(causal)
+        f.exec.backend, f.exec.stream = fc.BACKENDS[backend], stream
+        self.workspaces = [self.attach("fwd", f)]
+        self.bwd = None
+        if dq is not None:
+            self.bwd = lib.params("bwd")
+            b = self.bwd
+            b.q, b.k, b.v, b.out, b.dout, b.lse = f.q, f.k, f.v, f.out, view(dout), f.lse
+            b.dq, b.dk, b.dv = view(dq), view(dk), view(dv)
+            b.opts.causal = int(causal)
+            b.exec.backend, b.exec.stream = fc.BACKENDS[backend], stream
+            self.workspaces.append(self.attach("bwd", b))
+
+    def attach(self, direction, p):
+        size = self.lib.workspace_size(direction, p)
+        buffer = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
+        p.exec.workspace, p.exec.workspace_size = buffer.data_ptr(), size
+        return buffer
+
+    def run(self, direction):
+        self.lib.run(direction, self.fwd if direction == "fwd" else self.bwd)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lib", required=True, help="path of libflashattn.so")
+    parser.add_argument("--backend", default="cuda", choices=["cuda", "cuda-sm80"])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    parser.add_argument("--dims", default="64,128,256")
+    parser.add_argument("--bwd", action="store_true", help="the backward too")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--data", default="normal", choices=["normal", "uniform"],
+                        help="inputs N(0, 1) (torch.randn) or uniform in [-1, 1] (as `flashattn bench`)")
+    parser.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
+                        help="the memory order of q, k, v (bshd: as `flashattn bench`; the peers get views)")
+    args = parser.parse_args()
+    lib = fc.Library(args.lib)
+    torch.manual_seed(0)
+
+    gemm = gemm_tflops(args.repeat)
+    print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s")
+    print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
+          f"alternation; flashattn backend {args.backend}; inputs {args.data}, {args.layout}")
+    print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
+          f"{'x cudnn':>7} {'% gemm':>6}", flush=True)
+    directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
+    for direction in directions:
+        for causal in (False, True):
+            for d in map(int, args.dims.split(",")):
+                for seqlen in map(int, args.seqlens.split(",")):
+                    batch, heads = max(1, args.tokens // seqlen), 2048 // d
+                    shape = (batch, heads, seqlen, d)
+                    q, k, v, dout = (make_input(shape, args.data, args.layout) for _ in range(4))
+                    out = make_input(shape, args.data, args.layout)
+                    lse = torch.empty((batch, heads, seqlen), device="cuda", dtype=torch.float32)
+                    grads = ([make_input(shape, args.data, args.layout) for _ in range(3)] if direction == "bwd"
+                             else [None] * 3)
+                    ours = Ours(lib, args.backend, q, k, v, out, lse, dout, *grads, causal)
+                    fns = {"flashattn": (lambda: ours.run(direction), None)}
+                    if direction == "fwd":
+                        for name, backend in PEERS.items():
+                            fns[name] = (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), backend)
+                    else:
+                        ours.run("fwd")  # out and lse for our backward
+                        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+                        for name, backend in PEERS.items():
+                            with sdpa_kernel(backend):
+                                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                            fns[name] = (lambda o=o: torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True),
+                                         backend)
+                    times = {name: [] for name in fns}
+                    for name, (fn, backend) in fns.items():  # warm-up
+                        try:
+                            batch_ms(fn, 3, backend)
+                        except RuntimeError as e:  # a peer that refuses a shape
+                            print(f"# {name}: {str(e)[:80]}", file=sys.stderr)
+                            times[name] = None
+                    for _ in range(args.rounds):
+                        for name, (fn, backend) in fns.items():
+                            if times[name] is not None:
+                                times[name].append(batch_ms(fn, args.repeat, backend))
+                    pairs = seqlen * (seqlen + 1) / 2 if causal else seqlen * seqlen
+                    flops = 4 * batch * heads * pairs * d * (2.5 if direction == "bwd" else 1.0)
+                    tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
+                              for name, t in times.items()}
+                    ours_tf = tflops["flashattn"]
+                    print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {tflops['fa2']:>7.1f} "
+                          f"{tflops['cudnn']:>7.1f} {ours_tf / tflops['fa2']:>6.3f} {ours_tf / tflops['cudnn']:>7.3f} "
+                          f"{100 * ours_tf / gemm:>6.1f}", flush=True)
+                    del ours, fns, q, k, v, dout, out, lse, grads
+                    torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
