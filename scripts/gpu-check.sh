@@ -14,7 +14,9 @@
 # the table of each point's median over the rounds, so that a drift of the GPU's clock over the
 # minutes of one grid weighs on every column alike (default 1).
 # --interleaved: instead, scripts/bench_interleaved.py: our library (through its C API), FA2 and
-# cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too).
+# cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too; the
+# decoding table, --bench-sm80 and --no-peers do not apply: run the script with --backend cuda-sm80
+# for the sm80 forward).
 # --profile: Nsight Compute (full set, per-instruction stall samples) of our forward (the cuda
 # backend's: sm90a on a Hopper GPU) and backward kernels and of PyTorch's FlashAttention-2 ones at
 # one non-causal bf16 point of the standard grid.
