@@ -20,8 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashattn_ctypes as fc  # noqa: E402
-
-PEERS = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+from bench_torch import BACKENDS, GEMM_FLOPS, attention_flops, gemm_ms  # noqa: E402
 
 
 def batch_ms(fn, repeat, backend=None):
@@ -42,13 +41,9 @@ def batch_ms(fn, repeat, backend=None):
     return start.elapsed_time(end) / repeat
 
 
-def gemm_tflops(repeat):
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(5):
-        a @ b
-    ms = statistics.median(batch_ms(lambda: a @ b, repeat) for _ in range(5))
-    return 2 * 8192**3 / ms / 1e9
+def median_batch_ms(fn, rounds, repeat):
+    batch_ms(fn, 3)  # warm-up
+    return statistics.median(batch_ms(fn, repeat) for _ in range(rounds))
 
 
 def make_input(shape, data, layout):
@@ -117,7 +112,7 @@ def main():
     lib = fc.Library(args.lib)
     torch.manual_seed(0)
 
-    gemm = gemm_tflops(args.repeat)
+    gemm = GEMM_FLOPS / gemm_ms(lambda fn: median_batch_ms(fn, args.rounds, args.repeat)) / 1e9
     print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s")
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation; flashattn backend {args.backend}; inputs {args.data}, {args.layout}")
@@ -131,19 +126,18 @@ def main():
                     batch, heads = max(1, args.tokens // seqlen), 2048 // d
                     shape = (batch, heads, seqlen, d)
                     q, k, v, dout = (make_input(shape, args.data, args.layout) for _ in range(4))
-                    out = make_input(shape, args.data, args.layout)
+                    out = torch.empty_like(q)  # q's layout
                     lse = torch.empty((batch, heads, seqlen), device="cuda", dtype=torch.float32)
-                    grads = ([make_input(shape, args.data, args.layout) for _ in range(3)] if direction == "bwd"
-                             else [None] * 3)
+                    grads = [torch.empty_like(q) for _ in range(3)] if direction == "bwd" else [None] * 3
                     ours = Ours(lib, args.backend, q, k, v, out, lse, dout, *grads, causal)
                     fns = {"flashattn": (lambda: ours.run(direction), None)}
                     if direction == "fwd":
-                        for name, backend in PEERS.items():
+                        for name, backend in BACKENDS.items():
                             fns[name] = (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), backend)
                     else:
                         ours.run("fwd")  # out and lse for our backward
                         qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-                        for name, backend in PEERS.items():
+                        for name, backend in BACKENDS.items():
                             with sdpa_kernel(backend):
                                 o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                             fns[name] = (lambda o=o: torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True),
@@ -159,13 +153,12 @@ def main():
                         for name, (fn, backend) in fns.items():
                             if times[name] is not None:
                                 times[name].append(batch_ms(fn, args.repeat, backend))
-                    pairs = seqlen * (seqlen + 1) / 2 if causal else seqlen * seqlen
-                    flops = 4 * batch * heads * pairs * d * (2.5 if direction == "bwd" else 1.0)
+                    flops = attention_flops(batch, heads, seqlen, d, causal) * (2.5 if direction == "bwd" else 1.0)
                     tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
                               for name, t in times.items()}
-                    ours_tf = tflops["flashattn"]
-                    print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {tflops['fa2']:>7.1f} "
-                          f"{tflops['cudnn']:>7.1f} {ours_tf / tflops['fa2']:>6.3f} {ours_tf / tflops['cudnn']:>7.3f} "
+                    ours_tf, fa2, cudnn = tflops["flashattn"], tflops["torch-fa2"], tflops["torch-cudnn"]
+                    print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {fa2:>7.1f} {cudnn:>7.1f} "
+                          f"{ours_tf / fa2:>6.3f} {ours_tf / cudnn:>7.3f} "
                           f"{100 * ours_tf / gemm:>6.1f}", flush=True)
                     del ours, fns, q, k, v, dout, out, lse, grads
                     torch.cuda.empty_cache()
