@@ -69,7 +69,9 @@ for i in "${!names[@]}"; do
   kernels=fwd_kernel_sm90; [ $dir = bwd ] && kernels=bwd_
   spills=$(awk -v k="$kernels" '/Compiling entry function/ { f = (index($0, k) > 0 && $0 ~ /sm_90a/) }
                 f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$work/$v.build.log")
-  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $kernels* instantiations with spills (sm_90a): $spills"
+  # ptxas's notes of wgmma it serialised (a wait it inserted; 0.57-0.89x when it happened).
+  serialized=$(grep -c "wgmma.mma_async instructions are serialized\|warpgroup.wait is injected" "$work/$v.build.log")
+  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $kernels* instantiations with spills (sm_90a): $spills; serialised wgmma notes: $serialized"
   if [ "$with_tests" = ON ]; then
     timeout 300 "$tree/build/tests/test_gpu_$dir" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
     rc=$?
