@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on the device machine: configure and build (all cores), run the GPU tests, the
 # compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch (its table),
-# then the sm90a forward's SASS check (HGMMA count, spills); the last lines are a summary. Writes
-# logs.tar.gz and kernels-sm90a.sass.gz to $OUT.
+# then the sm90a forward's SASS check (HGMMA count, spills, serialised wgmma); the last lines are a
+# summary. Writes logs.tar.gz and kernels-sm90a.sass.gz to $OUT.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
@@ -160,8 +160,9 @@ fi
 
 # The sm_90a SASS of the kernels, for reading offline, and the sm90a forward's check: wgmma in
 # its SASS (HGMMA), no spills in the compiler's report (ptxas -v in the build log) and no wgmma
-# that ptxas serialised (its "Potential Performance Loss" notes C7510-C7520: a wait it inserted
-# where it could not match the code's waits to the products; measured 0.57-0.89x).
+# that ptxas serialised (its "Potential Performance Loss" notes, C7514 / C7515 / C7517 / C7518
+# among them: waits it inserted where it could not match the code's waits to the products;
+# measured 0.57-0.89x).
 sass="${OUT:-$out}/kernels-sm90a.sass.gz"
 cuobjdump -sass -arch sm_90a build-gpu/src/libflashattn.so 2>/dev/null | gzip > "$sass"
 hgmma=$(zcat "$sass" | awk '/Function :/ { f = ($3 ~ /fwd_kernel_sm90/) } f && /HGMMA/ { n++ } END { print n + 0 }')
