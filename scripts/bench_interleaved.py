@@ -9,7 +9,7 @@ work) from favouring whichever library a grid-by-grid comparison runs first. The
 peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
 writes lse as well. Prints the bf16 GEMM rate and a table. Runs on the device machine only."""
 import argparse
-import ctypes
+import contextlib
 import os
 import statistics
 import sys
@@ -26,17 +26,11 @@ from bench_torch import BACKENDS, GEMM_FLOPS, attention_flops, gemm_ms  # noqa: 
 def batch_ms(fn, repeat, backend=None):
     """Mean time of `repeat` back-to-back calls, one pair of events around them."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if backend is None:
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
         start.record()
         for _ in range(repeat):
             fn()
         end.record()
-    else:
-        with sdpa_kernel(backend):
-            start.record()
-            for _ in range(repeat):
-                fn()
-            end.record()
     end.synchronize()
     return start.elapsed_time(end) / repeat
 
@@ -153,7 +147,7 @@ def main():
                         for name, (fn, backend) in fns.items():
                             if times[name] is not None:
                                 times[name].append(batch_ms(fn, args.repeat, backend))
-                    flops = attention_flops(batch, heads, seqlen, d, causal) * (2.5 if direction == "bwd" else 1.0)
+                    flops = attention_flops(batch, heads, seqlen, d, causal, backward=direction == "bwd")
                     tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
                               for name, t in times.items()}
                     ours_tf, fa2, cudnn = tflops["flashattn"], tflops["torch-fa2"], tflops["torch-cudnn"]

@@ -37,9 +37,10 @@ def gemm_ms(timer):
     return timer(lambda: a @ b)
 
 
-def attention_flops(batch, heads, seqlen, d, causal):
+def attention_flops(batch, heads, seqlen, d, causal, backward=False):
+    """The matrix products' flops of one call: the forward's two, the backward's five (2.5x)."""
     pairs = seqlen * (seqlen + 1) / 2 if causal else seqlen * seqlen
-    return 4 * batch * heads * pairs * d
+    return 4 * batch * heads * pairs * d * (2.5 if backward else 1.0)
 
 
 def main():
@@ -74,8 +75,9 @@ def main():
                                 grad = torch.randn_like(out)
                                 bwd = lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
                                 ms = median_ms(bwd)
+                                bwd_flops = attention_flops(batch, heads, seqlen, d, causal, backward=True)
                                 print(f"{name},bwd,{seqlen},{d},{int(causal)},{ms:.4f},"
-                                      f"{2.5 * flops / ms / 1e9:.1f}", flush=True)
+                                      f"{bwd_flops / ms / 1e9:.1f}", flush=True)
                     except RuntimeError as e:  # a backend that refuses a shape
                         print(f"{name},fwd,{seqlen},{d},{int(causal)},nan,nan  # {str(e)[:60]}", flush=True)
             del q, k, v

@@ -65,13 +65,9 @@ for i in "${!names[@]}"; do
     -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
     { tail -20 "$work/$v.configure.log"; exit 1; }
   cmake --build "$tree/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 || { grep -E "error" "$work/$v.build.log" | head -20; exit 1; }
-  # The spill report of the kernels under test: the sm90a forward, or the backward's (sm_90a code).
+  # The compiler's report on the kernels under test: the sm90a forward, or the backward's (sm_90a code).
   kernels=fwd_kernel_sm90; [ $dir = bwd ] && kernels=bwd_
-  spills=$(awk -v k="$kernels" '/Compiling entry function/ { f = (index($0, k) > 0 && $0 ~ /sm_90a/) }
-                f && /spill stores/ { n++; if ($5 != 0 || $9 != 0) bad++ } END { print bad + 0 " of " n + 0 }' "$work/$v.build.log")
-  # ptxas's notes of wgmma it serialised (a wait it inserted; 0.57-0.89x when it happened).
-  serialized=$(grep -c "wgmma.mma_async instructions are serialized\|warpgroup.wait is injected" "$work/$v.build.log")
-  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $kernels* instantiations with spills (sm_90a): $spills; serialised wgmma notes: $serialized"
+  log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $("$root/scripts/ptxas-report.sh" "$work/$v.build.log" $kernels)"
   if [ "$with_tests" = ON ]; then
     timeout 300 "$tree/build/tests/test_gpu_$dir" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
     rc=$?
