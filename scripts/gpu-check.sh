@@ -6,7 +6,7 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
-#                        [--profile D,SEQLEN] [--fwd-only] [--rounds N] [--interleaved]
+#                        [--profile D,SEQLEN[,fwd|bwd]]... [--fwd-only] [--rounds N] [--interleaved]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
@@ -17,9 +17,10 @@
 # cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too; the
 # decoding table, --bench-sm80 and --no-peers do not apply: run the script with --backend cuda-sm80
 # for the sm80 forward).
-# --profile: Nsight Compute (full set, per-instruction stall samples) of our forward (the cuda
-# backend's: sm90a on a Hopper GPU) and backward kernels and of PyTorch's FlashAttention-2 ones at
-# one non-causal bf16 point of the standard grid.
+# --profile: Nsight Compute (full set, per-instruction stall samples) at one non-causal bf16 point
+# of the standard grid: our forward (the cuda backend's: sm90a on a Hopper GPU) and PyTorch's
+# FlashAttention-2 and cuDNN forward kernels, our backward and FlashAttention-2's (fwd / bwd: one
+# direction only). May be given several times.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
 # a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --bench-sm80) bench_sm80=1; shift ;;
     --no-peers) peers=0; shift ;;
     --fwd-only) suites="fwd"; shift ;;
-    --profile) profile="$2"; shift 2 ;;
+    --profile) profile="$profile $2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --interleaved) interleaved=1; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
@@ -133,30 +134,44 @@ elif [ $run_bench = 1 ]; then
     --sm80 "$out"/bench-sm80-*.csv | tee "$out/bench-table.txt"
 fi
 
-if [ -n "$profile" ]; then
-  d=${profile%,*} seqlen=${profile#*,}
-  heads=$(( 2048 / d )) batch=$(( 16384 / seqlen ))
-  # name, kernel regex, command: the first matching launch, details and per-instruction SASS.
-  profile_kernel() {
-    timeout 240 ncu --clock-control none --set full --import-source no --kernel-name "regex:$2" \
-      --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
-    ncu -i "$out/prof-$1.ncu-rep" --page details > "$out/prof-$1-details.txt" 2>&1
-    ncu -i "$out/prof-$1.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/prof-$1-sass.csv.gz"
-    rm -f "$out/prof-$1.ncu-rep"
-    note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
-  }
+# name, kernel regex, command: the first matching launch, details and per-instruction SASS (where
+# nothing matched, the names of the command's kernels instead).
+profile_kernel() {
+  timeout 240 ncu --clock-control none --set full --import-source no --kernel-name "regex:$2" \
+    --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
+  if [ ! -f "$out/prof-$1.ncu-rep" ]; then
+    timeout 120 ncu --metrics gpu__time_duration.sum "${@:3}" 2>&1 | grep -E '^  [^ ]' | sort -u > "$out/prof-$1-kernels.txt"
+    note "profile $1: no kernel matched $2 (the command's kernels: prof-$1-kernels.txt)"
+    return
+  fi
+  ncu -i "$out/prof-$1.ncu-rep" --page details > "$out/prof-$1-details.txt" 2>&1
+  ncu -i "$out/prof-$1.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/prof-$1-sass.csv.gz"
+  rm -f "$out/prof-$1.ncu-rep"
+  note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
+}
+for spec in $profile; do
+  IFS=, read -r d seqlen dir <<< "$spec"
+  heads=$(( 2048 / d )) batch=$(( 16384 / seqlen )) at="$d-$seqlen"
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
-  torch_step="import torch, torch.nn.functional as F
+  # PyTorch's step with a backend: the forward and backward (grad True) or the inference forward.
+  torch_step() {
+    echo "import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=$2) for _ in range(3))
+with sdpa_kernel(SDPBackend.$1):
     o = F.scaled_dot_product_attention(q, k, v)
-    o.backward(torch.randn_like(o))"
-  profile_kernel ours-fwd "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
-  profile_kernel ours-bwd "bwd_dkdv_kernel_sm80" "${ours[@]}"
-  profile_kernel fa2-fwd "flash_fwd_kernel" python3 -c "$torch_step"
-  profile_kernel fa2-bwd "flash_bwd_dq_dk_dv" python3 -c "$torch_step"
-fi
+    if $2: o.backward(torch.randn_like(o))"
+  }
+  if [ "${dir:-fwd}" != bwd ]; then
+    profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
+    profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"
+    profile_kernel "cudnn-fwd-$at" "sdpa|fmha|fprop" python3 -c "$(torch_step CUDNN_ATTENTION False)"
+  fi
+  if [ "${dir:-bwd}" != fwd ]; then
+    profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
+    profile_kernel "fa2-bwd-$at" "flash_bwd_dq_dk_dv" python3 -c "$(torch_step FLASH_ATTENTION True)"
+  fi
+done
 
 # The sm_90a SASS of the kernels, for reading offline, and the sm90a forward's check: wgmma in
 # its SASS (HGMMA), no spills and no serialised wgmma in the compiler's report (ptxas -v in the

@@ -10,7 +10,8 @@
 // is in flight (the softcap / ALiBi instantiation waits for both products first). Two consumer
 // warpgroups take turns at the tensor cores (ping-pong): each issues its products only after the
 // other has issued its own, so that one warpgroup's softmax runs while the other's products
-// occupy the tensor cores.
+// occupy the tensor cores. Up to d 128 each warpgroup writes its rows of O into a staging tile in
+// shared memory and one TMA store takes them out (K::kStoreOByTma).
 #pragma once
 
 #include <cstdint>
@@ -132,6 +133,8 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
 // The first of the two named barriers (ids after CUTLASS's reserved ones) that order the consumer
 // warpgroups' turns at the tensor cores.
 constexpr uint32_t kTurnBarrier = 0;
+// The first of the consumer warpgroups' own named barriers (one each), for the output's staging.
+constexpr uint32_t kEpilogueBarrier = 2;
 
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
 template <class K, bool kScoreMods>
@@ -343,31 +346,72 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       kv_loads += n_keys;
     }
 
-    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf), 4-byte stores (16-byte
-    // ones after a transpose within each quad measured slower at short causal lengths: see
-    // docs/performance.md, v5).
-    Element* out = static_cast<Element*>(p.out);
+    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf). With
+    // K::kStoreOByTma the rows go through the warpgroup's staging tile and leave by one TMA store
+    // (whole rows in wide writes, rows past the queries clipped by the tensor map), which the
+    // threads do not wait for; otherwise by 4-byte stores of the accumulators' pairs (16-byte ones after a
+    // transpose within each quad measured slower at short causal lengths: docs/performance.md, v5).
+    float inv[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = softmax.sum(0, half);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      inv[half] = sum > 0.f ? 1.f / sum : 0.f;
       const int row = origin.row0 + origin.g + 8 * half;
-      if (row >= p.seqlen_q) continue;
-      Element* dst = out + int64_t(w.b) * p.out_batch_stride + int64_t(row) * p.out_row_stride +
-                     int64_t(w.h) * p.out_head_stride;
-#pragma unroll
-      for (int dt = 0; dt < K::kDTiles; ++dt) {
-        const int col = dt * 8 + 2 * origin.t;
-        if (col < p.d_v) {
-          *reinterpret_cast<uint32_t*>(dst + col) = pack2<Element>(acc_o[0][dt][2 * half] * inv, acc_o[0][dt][2 * half + 1] * inv);
-        }
-      }
-      if (p.lse != nullptr && origin.t == 0) {
+      if (p.lse != nullptr && origin.t == 0 && row < p.seqlen_q) {
         p.lse[int64_t(w.b) * p.lse_batch_stride + int64_t(w.h) * p.lse_head_stride + int64_t(row) * p.lse_row_stride] =
             softmax.lse(0, half, sum);
       }
     }
+    if constexpr (K::kStoreOByTma) {
+      // The tile's base hidden from the compiler, as Q's in issue_s: its addresses, loop-invariant,
+      // were otherwise held across the item loop (92 bytes of spills in the wide tile).
+      uint32_t o_offset = wg * K::kOElements;
+      asm volatile("" : "+r"(o_offset));
+      Tensor sO = make_tensor(make_smem_ptr(shared.o.data() + o_offset), typename K::SmemLayoutO{});
+      // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the staging tile, in the
+      // accumulators' order: [n8 tile][row half].
+      Tensor tOsO = recast<uint32_t>(typename K::MmaOWarpgroup{}.get_thread_slice(tid % 128).partition_C(sO));
+      static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
+      // The previous item's store has read the tile (issued a whole item ago: no wait in practice).
+      if (releases) tma_store_wait<0>();
+      NamedBarrier::sync(128, kEpilogueBarrier + wg);
+#pragma unroll
+      for (int dt = 0; dt < K::kDTiles; ++dt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          tOsO(dt * 2 + half) = pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
+        }
+      tma_store_fence();  // the threads' writes, visible to the TMA unit
+      NamedBarrier::sync(128, kEpilogueBarrier + wg);
+      if (releases) {
+        Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
+        Tensor gO = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kHeadDim>>{},
+                               make_coord(w.m_block * K::kConsumerWarpgroups + wg, _0{}));
+        auto [tOg, tOs] = tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
+        copy(args.tma_o, tOs, tOg);
+        tma_store_arrive();
+      }
+    } else {
+      Element* out = static_cast<Element*>(p.out);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = origin.row0 + origin.g + 8 * half;
+        if (row >= p.seqlen_q) continue;
+        Element* dst = out + int64_t(w.b) * p.out_batch_stride + int64_t(row) * p.out_row_stride +
+                       int64_t(w.h) * p.out_head_stride;
+#pragma unroll
+        for (int dt = 0; dt < K::kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * origin.t;
+          if (col < p.d_v) {
+            *reinterpret_cast<uint32_t*>(dst + col) =
+                pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
+          }
+        }
+      }
+    }
   }
+  // The last TMA store has read its tile before the CTA's shared memory goes.
+  if (K::kStoreOByTma && releases) tma_store_wait<0>();
   if (kPingPong && wg == 0) NamedBarrier::sync(256, kTurnBarrier);  // warpgroup 1's last arrival
 #else
   __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing

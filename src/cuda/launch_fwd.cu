@@ -55,7 +55,7 @@ bool tma_addressable(const View& t) {
 }
 
 // Whether the Hopper kernel can take a call the sm80 plan serves with plain tiles: dense q / k / v
-// (no KV cache, append, varlen or paging) that TMA can address, no dropout, d_v == d, keys
+// (no KV cache, append, varlen or paging) and out that TMA can address, no dropout, d_v == d, keys
 // present, on a compute capability 9.0 device, unless the caller asked for the sm80 kernels.
 // Decoding-shaped calls (packed GQA heads, split keys, the few-rows tile) stay on the sm80 plan,
 // which is built for them.
@@ -65,7 +65,9 @@ bool sm90_serves(const AttnProblem& p, const FwdPlan& sm80_plan) {
       p.opts.dropout_p > 0.f || p.d != p.d_v || p.seqlen_k == 0) {
     return false;
   }
-  if (!tma_addressable(p.q) || !tma_addressable(p.k) || !tma_addressable(p.v)) return false;
+  if (!tma_addressable(p.q) || !tma_addressable(p.k) || !tma_addressable(p.v) || !tma_addressable(p.out)) {
+    return false;
+  }
   if (sm80_plan.pack > 1 || sm80_plan.splits > 1 || sm80_plan.few_rows) return false;
   return device_attribute(cudaDevAttrComputeCapabilityMajor, p.exec.device, "compute capability") == 9 &&
          device_attribute(cudaDevAttrComputeCapabilityMinor, p.exec.device, "compute capability") == 0;

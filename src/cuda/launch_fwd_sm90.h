@@ -1,6 +1,6 @@
 // Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
-// q, k and v (v as V^T: head dim x keys) and launches one persistent CTA per SM; the caller has
-// zeroed p.tile_counter.
+// q, k, v (v as V^T: head dim x keys) and out, and launches one persistent CTA per SM; the caller
+// has zeroed p.tile_counter.
 // The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
 // launch_fwd.cu decides when this path serves a call (sm90_serves).
 #pragma once
@@ -44,6 +44,11 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     rows(p.k, p.seqlen_k, p.d, heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
+      make_tma_copy(SM90_TMA_STORE{},
+                    make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)), make_shape(p.seqlen_q, p.d, p.heads_q, p.batch),
+                                make_stride(stride_of(p.seqlen_q, p.out_row_stride), _1{},
+                                            stride_of(p.heads_q, p.out_head_stride), stride_of(p.batch, p.out_batch_stride))),
+                    typename K::SmemLayoutO{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
   // work items are fewer.
