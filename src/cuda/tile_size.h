@@ -213,12 +213,14 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // of d 160 / 224 end in an odd n8 tile). Query steps of 64
       // (half the barriers and dS round trips per FLOP of 32), 128 at d 64 without score
       // modifiers (1.02-1.05x; with them 128 spills 828 bytes, 64 spills 44; not timed). dq warps
-      // of two m16 tiles above d 64 (32 x 32 at d 128: 32 ldmatrix against 40 for 16 x 64; +4-5%
-      // at d 128, +2-3% at d 256), one at d 64 (the same count either way; two measured 0.99x with
-      // 64-query steps, 1.00-1.01x with 128). dq before dK above d 128: 1.014-1.023x at d 256; at
-      // d 128 it spills 24 bytes more (0.96-0.98x), at d 64 no gain (0.995-1.009x).
-      return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1, kHeadDim <= 64 ? 1 : 2,
-              kHeadDim > 128};
+      // of two m16 tiles (32 x 32: 32 ldmatrix against 40 for 16 x 64 where the step has 128
+      // queries or the head dim is over 64; +4-5% at d 128, +2-3% at d 256, at d 64 1.01-1.05x
+      // since the swizzled rows of backward v11, 1.00-1.01x before them), but at d 64 with
+      // score modifiers (64-query steps: the same count either way; not timed). dq before dK above
+      // d 128: 1.014-1.023x at d 256; at d 128 it spills 24 bytes more (0.96-0.98x), at d 64 no
+      // gain (0.995-1.009x).
+      return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1,
+              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
       // d 64 and 128: 166 and 165 KB) but holds this (83 and 147 KB; bwd_has_compact_tile): v6's
