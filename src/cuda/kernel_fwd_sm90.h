@@ -10,8 +10,8 @@
 // is in flight (the softcap / ALiBi instantiation waits for both products first). Two consumer
 // warpgroups take turns at the tensor cores (ping-pong): each issues its products only after the
 // other has issued its own, so that one warpgroup's softmax runs while the other's products
-// occupy the tensor cores. Up to d 128 each warpgroup writes its rows of O into a staging tile in
-// shared memory and one TMA store takes them out (K::kStoreOByTma).
+// occupy the tensor cores. Each warpgroup writes its rows of O into a staging tile in shared
+// memory (above d 128 Q's buffer, once the item's products are done) and TMA stores take them out.
 #pragma once
 
 #include <cstdint>
@@ -107,7 +107,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       }
     }
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
-    // done. Every item loads Q, even one without keys (rare; its consumers only release it), so
+    // done (with K::kStageOInQ: once its output stores have read it). Every item loads Q, even one without keys (rare; its consumers only release it), so
     // that Q's barrier phases follow the item count. A fresh barrier counts as having completed
     // the phase before its first: round 0 passes.
     Empty::wait(&shared.q_empty, (item & 1) ^ 1);
@@ -269,14 +269,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
     // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
     // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
-    // the item's last read of Q: its buffer goes back to the producer.
+    // the item's last read of Q: its buffer goes back to the producer (with K::kStageOInQ, after
+    // the epilogue's stores).
     float correction[1][2];
     bool rescale_o = true;
     auto softmax_tile = [&](int i) {
       warpgroup_fence_operand(tSrS);
       if (releases) {
         Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
-        if (i == n_keys - 1) Empty::arrive(&shared.q_empty);
+        if (i == n_keys - 1 && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
       }
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
-      if (releases) Empty::arrive(&shared.q_empty);
+      if (releases && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
       turn_begin();
       turn_end();
     } else {
@@ -346,11 +347,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       kv_loads += n_keys;
     }
 
-    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf). With
-    // K::kStoreOByTma the rows go through the warpgroup's staging tile and leave by one TMA store
-    // (whole rows in wide writes, rows past the queries clipped by the tensor map), which the
-    // threads do not wait for; otherwise by 4-byte stores of the accumulators' pairs (16-byte ones after a
-    // transpose within each quad measured slower at short causal lengths: docs/performance.md, v5).
+    // Epilogue: rows normalised by their sums (empty rows: out 0, lse -inf), written into the
+    // staging tile and taken out by TMA stores (whole rows in wide writes, rows past the queries
+    // and columns past d clipped by the tensor map), which the threads do not wait for; lse by the
+    // threads. (The threads' own 4-byte stores of O, which this replaced, measured 0.89-0.99x of
+    // it, least at 512 keys: docs/performance.md, sm90a v17 / v18.)
     float inv[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -362,56 +363,48 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
             softmax.lse(0, half, sum);
       }
     }
-    if constexpr (K::kStoreOByTma) {
-      // The tile's base hidden from the compiler, as Q's in issue_s: its addresses, loop-invariant,
-      // were otherwise held across the item loop (92 bytes of spills in the wide tile).
-      uint32_t o_offset = wg * K::kOElements;
-      asm volatile("" : "+r"(o_offset));
-      Tensor sO = make_tensor(make_smem_ptr(shared.o.data() + o_offset), typename K::SmemLayoutO{});
-      // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the staging tile, in the
-      // accumulators' order: [n8 tile][row half].
-      Tensor tOsO = recast<uint32_t>(typename K::MmaOWarpgroup{}.get_thread_slice(tid % 128).partition_C(sO));
-      static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
-      // The previous item's store has read the tile (issued a whole item ago: no wait in practice).
-      if (releases) tma_store_wait<0>();
-      NamedBarrier::sync(128, kEpilogueBarrier + wg);
+    // The tile's base hidden from the compiler, as Q's in issue_s: its addresses, loop-invariant,
+    // were otherwise held across the item loop (92 bytes of spills in the wide tile).
+    uint32_t o_offset = 0;
+    asm volatile("" : "+r"(o_offset));
+    Element* staging = (K::kStageOInQ ? shared.q.data() : shared.o.data()) + o_offset;
+    // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the tile, in the
+    // accumulators' order: [n8 tile][row half].
+    Tensor tOsO = recast<uint32_t>(thr_o.partition_C(make_tensor(make_smem_ptr(staging), typename K::SmemLayoutQ{})));
+    static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
+    // The previous item's stores have read the tile (issued a whole item ago: no wait in practice;
+    // in Q's buffer they were waited for before its release).
+    if (!K::kStageOInQ && releases) tma_store_wait<0>();
+    NamedBarrier::sync(128, kEpilogueBarrier + wg);
 #pragma unroll
-      for (int dt = 0; dt < K::kDTiles; ++dt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          tOsO(dt * 2 + half) = pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
-        }
-      tma_store_fence();  // the threads' writes, visible to the TMA unit
-      NamedBarrier::sync(128, kEpilogueBarrier + wg);
-      if (releases) {
-        Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
-        Tensor gO = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kHeadDim>>{},
-                               make_coord(w.m_block * K::kConsumerWarpgroups + wg, _0{}));
-        auto [tOg, tOs] = tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
-        copy(args.tma_o, tOs, tOg);
-        tma_store_arrive();
-      }
-    } else {
-      Element* out = static_cast<Element*>(p.out);
+    for (int dt = 0; dt < K::kDTiles; ++dt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = origin.row0 + origin.g + 8 * half;
-        if (row >= p.seqlen_q) continue;
-        Element* dst = out + int64_t(w.b) * p.out_batch_stride + int64_t(row) * p.out_row_stride +
-                       int64_t(w.h) * p.out_head_stride;
+        tOsO(dt * 2 + half) = pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
+      }
+    tma_store_fence();  // the threads' writes, visible to the TMA unit
+    NamedBarrier::sync(128, kEpilogueBarrier + wg);
+    if (releases) {
+      // The warpgroup's rows of atom column c: 64 of the tile's kBlockM rows in Q's layout.
+      Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
 #pragma unroll
-        for (int dt = 0; dt < K::kDTiles; ++dt) {
-          const int col = dt * 8 + 2 * origin.t;
-          if (col < p.d_v) {
-            *reinterpret_cast<uint32_t*>(dst + col) =
-                pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
-          }
-        }
+      for (int c = 0; c < K::kHeadDim / K::kOBoxCols; ++c) {
+        Tensor sBox = make_tensor(make_smem_ptr(staging + (c * K::kBlockM + wg * 64) * K::kOBoxCols),
+                                  typename K::SmemLayoutOBox{});
+        Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
+                                 make_coord(w.m_block * K::kConsumerWarpgroups + wg, c));
+        auto [tOg, tOs] = tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+        copy(args.tma_o, tOs, tOg);
+      }
+      tma_store_arrive();
+      if constexpr (K::kStageOInQ) {  // Q's buffer goes back to the producer once the stores read it
+        tma_store_wait<0>();
+        Empty::arrive(&shared.q_empty);
       }
     }
   }
-  // The last TMA store has read its tile before the CTA's shared memory goes.
-  if (K::kStoreOByTma && releases) tma_store_wait<0>();
+  // The last TMA stores have read their tile before the CTA's shared memory goes.
+  if (releases) tma_store_wait<0>();
   if (kPingPong && wg == 0) NamedBarrier::sync(256, kTurnBarrier);  // warpgroup 1's last arrival
 #else
   __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing

@@ -48,7 +48,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)), make_shape(p.seqlen_q, p.d, p.heads_q, p.batch),
                                 make_stride(stride_of(p.seqlen_q, p.out_row_stride), _1{},
                                             stride_of(p.heads_q, p.out_head_stride), stride_of(p.batch, p.out_batch_stride))),
-                    typename K::SmemLayoutO{}),
+                    typename K::SmemLayoutOBox{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
   // work items are fewer.

@@ -68,16 +68,17 @@ struct FwdSm90 {
       AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
-  // The output's staging tile of one consumer warpgroup (its 64 rows, laid out as Q's), from
-  // which a TMA store writes them: where shared memory holds one per warpgroup beside Q and the
-  // K / V stages (up to d 128; at d 192 / 256 the threads store their accumulators' pairs
-  // themselves, kernel_fwd_sm90.h).
-  using SmemLayoutO = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{}));
-  static constexpr int kOElements = int(cute::cosize_v<SmemLayoutO>);
-  static constexpr bool kStoreOByTma =
-      int(sizeof(Element)) * int(cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> +
-                                 cute::cosize_v<SmemLayoutVt> + kConsumerWarpgroups * kOElements) +
-          1024 <=
+  // The output leaves through a staging tile laid out as Q's (each consumer warpgroup writes its
+  // rows where its rows of Q are) by TMA stores of one box of 64 rows x one swizzle atom's columns
+  // each: its own buffer where shared memory holds one beside Q and the K / V stages (up to d 128),
+  // else Q's buffer, which the item then keeps until the stores have read it (kStageOInQ: d 192 /
+  // 256). kOBoxCols: the atom's columns.
+  static constexpr int kOBoxCols = int(cute::size<1>(AtomK{}));
+  using SmemLayoutOBox = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOBoxCols>>{}));
+  static constexpr bool kStageOInQ =
+      int(sizeof(Element)) * int(2 * cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> +
+                                 cute::cosize_v<SmemLayoutVt>) +
+          1024 >
       227 * 1024;
 
   // S = Q K^T from shared memory; O += P V with P from registers. Each consumer warpgroup owns
@@ -93,13 +94,6 @@ struct FwdSm90 {
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       WarpgroupLayout{}));
 
-  // One warpgroup's share of O += P V, for the partition of its accumulators that the output's
-  // staging tile takes.
-  using MmaOWarpgroup = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
-
   // Global tensors as TMA sees them: (rows, head dim, heads, batch) for Q, K and O, and V^T as
   // (head dim, rows, heads, batch). Strides in elements.
   using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
@@ -114,7 +108,7 @@ struct FwdSm90 {
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<ColsStride>{},
                                             cute::take<0, 2>(SmemLayoutVt{})));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<RowsStride, Element*>{},
-                                            SmemLayoutO{}));
+                                            SmemLayoutOBox{}));
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKvBytes = kBlockN * kHeadDim * sizeof(Element);
 
@@ -124,8 +118,8 @@ struct FwdSm90 {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;
-    // With kStoreOByTma, warpgroup w's output staging tile at w * kOElements (else a token).
-    alignas(kStoreOByTma ? 1024 : 16) cute::array_aligned<Element, kStoreOByTma ? kConsumerWarpgroups * kOElements : 8> o;
+    // The output's staging tile, without kStageOInQ (else a token).
+    alignas(kStageOInQ ? 16 : 1024) cute::array_aligned<Element, kStageOInQ ? 8 : cute::cosize_v<SmemLayoutQ>> o;
     // mbarriers: Q / stage s of K / V landed (full) or released by every consumer (empty); work
     // item slot s written by the producer (full) or read by every consumer (empty).
     uint64_t q_full, q_empty;
@@ -144,7 +138,7 @@ struct FwdSm90Args {
   typename K::TmaQ tma_q;
   typename K::TmaK tma_k;
   typename K::TmaV tma_v;
-  typename K::TmaO tma_o;  // with K::kStoreOByTma
+  typename K::TmaO tma_o;
 };
 
 }  // namespace flashattn::cuda
