@@ -107,9 +107,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       }
     }
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
-    // done (with K::kStageOInQ: once its output stores have read it). Every item loads Q, even one without keys (rare; its consumers only release it), so
-    // that Q's barrier phases follow the item count. A fresh barrier counts as having completed
-    // the phase before its first: round 0 passes.
+    // done (with K::kStageOInQ: once its output stores have read it). Every item loads Q, even one
+    // without keys (rare; its consumers only release it), so that Q's barrier phases follow the
+    // item count. A fresh barrier counts as having completed the phase before its first: round 0
+    // passes.
     Empty::wait(&shared.q_empty, (item & 1) ^ 1);
     Full::arrive_and_expect_tx(&shared.q_full, K::kQBytes);
     copy(args.tma_q.with(shared.q_full), tQg, tQs);
@@ -380,7 +381,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     for (int dt = 0; dt < K::kDTiles; ++dt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        tOsO(dt * 2 + half) = pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
+        tOsO(dt * 2 + half) =
+            pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
       }
     tma_store_fence();  // the threads' writes, visible to the TMA unit
     NamedBarrier::sync(128, kEpilogueBarrier + wg);
@@ -393,7 +395,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
                                   typename K::SmemLayoutOBox{});
         Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
                                  make_coord(w.m_block * K::kConsumerWarpgroups + wg, c));
-        auto [tOg, tOs] = tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+        auto [tOg, tOs] =
+            tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
         copy(args.tma_o, tOs, tOg);
       }
       tma_store_arrive();

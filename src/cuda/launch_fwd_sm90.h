@@ -45,9 +45,11 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
       make_tma_copy(SM90_TMA_STORE{},
-                    make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)), make_shape(p.seqlen_q, p.d, p.heads_q, p.batch),
+                    make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)),
+                                make_shape(p.seqlen_q, p.d, p.heads_q, p.batch),
                                 make_stride(stride_of(p.seqlen_q, p.out_row_stride), _1{},
-                                            stride_of(p.heads_q, p.out_head_stride), stride_of(p.batch, p.out_batch_stride))),
+                                            stride_of(p.heads_q, p.out_head_stride),
+                                            stride_of(p.batch, p.out_batch_stride))),
                     typename K::SmemLayoutOBox{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
