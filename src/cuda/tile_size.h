@@ -80,8 +80,9 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // sm90a forward (warp-specialized: one producer warpgroup issuing TMA, kConsumerWarpgroups
 // warpgroups of 64 query rows issuing wgmma). kBlockN keys per K / V stage, kStages stages.
 // The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
-// O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q
-// and kStages K and V tiles (at most 227 KB).
+// O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q,
+// kStages K and V tiles and, where there is room, the output's staging tile (the size of Q's;
+// without room the output is staged in Q's buffer: mainloop_fwd_sm90.h), at most 227 KB.
 // Every entry: two consumer warpgroups (128 query rows) and two K / V stages, so that the next
 // tile's K and V land while this one's products run. kRescaleInTurn: O takes the softmax's
 // corrections in the warpgroup's turn at the tensor cores (after the S product's issue) rather than
@@ -98,10 +99,11 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // rescale saves: 0.93-1.00x (sm90a v11). kPrefetchNext: the producer prefetches a work item's Q and
 // first K / V tiles into L2 as soon as it takes the item, about kStages key tiles before their
 // loads; worth it where Q is largest against an item's work (64 KB at d 256: 1.02-1.05x at 512 /
-// 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12).
+// 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12; again
+// 0.98-1.01x with the output staged, v19).
 template <int kHeadDim>
 struct FwdTileSm90;
-// d 64: 128-key tiles; S 64 + O 32 floats per thread, 80 KB of shared memory. It serves what the
+// d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
 // wide tile below does not: masked calls on fewer query rows, and softcap / ALiBi.
 template <> struct FwdTileSm90<64> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
@@ -110,7 +112,7 @@ template <> struct FwdTileSm90<64> {
   static constexpr int kMaxSlack = 0;
   static constexpr bool kPrefetchNext = false;
 };
-// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 120 / 160 KB. The softmax is the limit (d 96
+// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. The softmax is the limit (d 96
 // follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
 // (0.96-1.03x, sm90a v9).
 template <> struct FwdTileSm90<96> {
@@ -127,9 +129,9 @@ template <> struct FwdTileSm90<128> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kPrefetchNext = false;
 };
-// d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB. (112 keys, as
-// FlashAttention-3, 216 KB, spilled 96 bytes while Q's descriptors were held across the loop; it
-// compiles clean since v5: to time against 96.)
+// d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
+// staged in Q's buffer). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes while Q's
+// descriptors were held across the loop; it compiles clean since v5: to time against 96.)
 template <> struct FwdTileSm90<192> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
@@ -138,8 +140,8 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
-// S 40 + P 20 + O 128 registers, 224 KB. Measured 1.03-1.09x the 64-key tiles from 2k keys
-// (docs/performance.md, v5).
+// S 40 + P 20 + O 128 registers, 224 KB (the output staged in Q's buffer). Measured 1.03-1.09x
+// the 64-key tiles from 2k keys (docs/performance.md, v5).
 template <> struct FwdTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
   static constexpr bool kRescaleInTurn = false;
