@@ -6,7 +6,8 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
-#                        [--profile D,SEQLEN[,fwd|bwd]]... [--fwd-only] [--rounds N] [--interleaved]
+#                        [--profile D,SEQLEN[,fwd|bwd|both[,causal]]]... [--fwd-only] [--rounds N]
+#                        [--interleaved]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
@@ -17,10 +18,10 @@
 # cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too; the
 # decoding table, --bench-sm80 and --no-peers do not apply: run the script with --backend cuda-sm80
 # for the sm80 forward).
-# --profile: Nsight Compute (full set, per-instruction stall samples) at one non-causal bf16 point
-# of the standard grid: our forward (the cuda backend's: sm90a on a Hopper GPU) and PyTorch's
-# FlashAttention-2 and cuDNN forward kernels, our backward and FlashAttention-2's (fwd / bwd: one
-# direction only). May be given several times.
+# --profile: Nsight Compute (full set, per-instruction stall samples) at one bf16 point of the
+# standard grid (non-causal unless `causal`): our forward (the cuda backend's: sm90a on a Hopper
+# GPU) and PyTorch's FlashAttention-2 and cuDNN forward kernels, our backward and
+# FlashAttention-2's (fwd / bwd: one direction only). May be given several times.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
 # a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
@@ -138,7 +139,7 @@ fi
 # nothing matched, the names of the command's kernels instead).
 profile_kernel() {
   timeout 240 ncu --clock-control none --set full --import-source no --kernel-name "regex:$2" \
-    --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
+    --launch-skip "${launch_skip:-0}" --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
   if [ ! -f "$out/prof-$1.ncu-rep" ]; then
     timeout 120 ncu --metrics gpu__time_duration.sum "${@:3}" 2>&1 | grep -E '^  [^ ]' | sort -u > "$out/prof-$1-kernels.txt"
     note "profile $1: no kernel matched $2 (the command's kernels: prof-$1-kernels.txt)"
@@ -150,8 +151,12 @@ profile_kernel() {
   note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
 }
 for spec in $profile; do
-  IFS=, read -r d seqlen dir <<< "$spec"
-  heads=$(( 2048 / d )) batch=$(( 16384 / seqlen )) at="$d-$seqlen"
+  IFS=, read -r d seqlen dir mask <<< "$spec"
+  heads=$(( 2048 / d )) batch=$(( 16384 / seqlen )) at="$d-$seqlen${mask:+-$mask}"
+  # Our bench times the non-causal point first (one forward, then the backward after a forward of
+  # its own), then the causal one: the launches of ours to skip for the causal point.
+  fwd_skip=0 bwd_skip=0 is_causal=False
+  [ "$mask" = causal ] && fwd_skip=2 bwd_skip=1 is_causal=True
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
   # PyTorch's step with a backend: the forward and backward (grad True) or the inference forward.
   torch_step() {
@@ -159,16 +164,16 @@ for spec in $profile; do
 from torch.nn.attention import SDPBackend, sdpa_kernel
 q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=$2) for _ in range(3))
 with sdpa_kernel(SDPBackend.$1):
-    o = F.scaled_dot_product_attention(q, k, v)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=$is_causal)
     if $2: o.backward(torch.randn_like(o))"
   }
-  if [ "${dir:-fwd}" != bwd ]; then
-    profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
+  if [ "${dir:-both}" != bwd ]; then
+    launch_skip=$fwd_skip profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
     profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"
     profile_kernel "cudnn-fwd-$at" "sdpa|fmha|fprop" python3 -c "$(torch_step CUDNN_ATTENTION False)"
   fi
-  if [ "${dir:-bwd}" != fwd ]; then
-    profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
+  if [ "${dir:-both}" != fwd ]; then
+    launch_skip=$bwd_skip profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
     profile_kernel "fa2-bwd-$at" "flash_bwd_dq_dk_dv" python3 -c "$(torch_step FLASH_ATTENTION True)"
   fi
 done
