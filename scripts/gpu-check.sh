@@ -150,6 +150,16 @@ profile_kernel() {
   rm -f "$out/prof-$1.ncu-rep"
   note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
 }
+# PyTorch's step at the profiled point (batch, heads, seqlen, d, is_causal) with a backend: the
+# forward and backward (grad True) or the inference forward.
+torch_step() {
+  echo "import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=$2) for _ in range(3))
+with sdpa_kernel(SDPBackend.$1):
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=$is_causal)
+    if $2: o.backward(torch.randn_like(o))"
+}
 for spec in $profile; do
   IFS=, read -r d seqlen dir mask <<< "$spec"
   heads=$(( 2048 / d )) batch=$(( 16384 / seqlen )) at="$d-$seqlen${mask:+-$mask}"
@@ -158,15 +168,6 @@ for spec in $profile; do
   fwd_skip=0 bwd_skip=0 is_causal=False
   [ "$mask" = causal ] && fwd_skip=2 bwd_skip=1 is_causal=True
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
-  # PyTorch's step with a backend: the forward and backward (grad True) or the inference forward.
-  torch_step() {
-    echo "import torch, torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-q, k, v = (torch.randn($batch, $heads, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=$2) for _ in range(3))
-with sdpa_kernel(SDPBackend.$1):
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=$is_causal)
-    if $2: o.backward(torch.randn_like(o))"
-  }
   if [ "${dir:-both}" != bwd ]; then
     launch_skip=$fwd_skip profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
     profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"

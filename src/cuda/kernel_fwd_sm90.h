@@ -31,6 +31,16 @@ namespace flashattn::cuda {
 // (the hardware orders them: arrive releases, wait acquires).
 __device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
 
+// A zero the compiler cannot see through. A shared-memory base offset by it, made where it is
+// used, is not hoisted out of the loops as loop-invariant: held across them, the addresses and
+// descriptors made from such a base spilled (Q's at d 256, 32 registers; the output's staging tile
+// in the wide tile, 92 bytes).
+__device__ __forceinline__ uint32_t opaque_zero() {
+  uint32_t zero = 0;
+  asm volatile("" : "+r"(zero));
+  return zero;
+}
+
 // The scores' modifiers and mask of a call (slope: the head's ALiBi slope, 0 when off).
 __device__ __forceinline__ ScoreMod<float> score_mod(const FwdParams& p, float slope) {
   return ScoreMod<float>{p.scale, p.softcap, slope, p.seqlen_k - p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
@@ -194,7 +204,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   // The accumulators as the sm80 score pipeline indexes them: [m-tile][n8 group][4].
   auto& s = *reinterpret_cast<float(*)[1][K::kNTiles][4]>(raw_pointer_cast(tSrS.data()));
   auto& acc_o = *reinterpret_cast<float(*)[1][K::kDTiles][4]>(raw_pointer_cast(tOrO.data()));
-  const bool releases = tid % 128 == 0;  // one arrival per consumer warpgroup on the empty barriers
+  // One thread per consumer warpgroup: its arrivals on the empty barriers and its output stores.
+  const bool leader = tid % 128 == 0;
 
   // Turns at the tensor cores (ping-pong; with two consumer warpgroups only, three issue freely):
   // warpgroup w waits on turn barrier w for the other warpgroup's arrival (its products issued),
@@ -235,13 +246,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     auto issue_s = [&](int i) {
       const int stage = (kv_loads + i) % K::kStages;
       Full::wait(&shared.k_full[stage], ((kv_loads + i) / K::kStages) & 1);
-      // Q's shared-memory descriptors, one per 16 columns, are made here from a base the compiler
-      // cannot see to be loop-invariant: held across the loop, d 256's 16 of them (32 registers)
-      // spilled.
-      uint32_t q_offset = 0;
-      asm volatile("" : "+r"(q_offset));
+      // Q's shared-memory descriptors, one per 16 columns, made here (opaque_zero).
       Tensor tSrQ = thr_s.partition_fragment_A(
-          make_tensor(make_smem_ptr(shared.q.data() + q_offset), typename K::SmemLayoutQ{}));
+          make_tensor(make_smem_ptr(shared.q.data() + opaque_zero()), typename K::SmemLayoutQ{}));
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
       mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -265,7 +272,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     };
     auto release_v = [&](int i) {
       warpgroup_fence_operand(tOrO);
-      if (releases) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
+      if (leader) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
     // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
@@ -276,7 +283,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     bool rescale_o = true;
     auto softmax_tile = [&](int i) {
       warpgroup_fence_operand(tSrS);
-      if (releases) {
+      if (leader) {
         Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
         if (i == n_keys - 1 && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
       }
@@ -309,7 +316,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
-      if (releases && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
+      if (leader && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
       turn_begin();
       turn_end();
     } else {
@@ -364,18 +371,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
             softmax.lse(0, half, sum);
       }
     }
-    // The tile's base hidden from the compiler, as Q's in issue_s: its addresses, loop-invariant,
-    // were otherwise held across the item loop (92 bytes of spills in the wide tile).
-    uint32_t o_offset = 0;
-    asm volatile("" : "+r"(o_offset));
-    Element* staging = (K::kStageOInQ ? shared.q.data() : shared.o.data()) + o_offset;
+    // The staging tile's addresses, made here (opaque_zero).
+    Element* staging = (K::kStageOInQ ? shared.q.data() : shared.o.data()) + opaque_zero();
     // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the tile, in the
     // accumulators' order: [n8 tile][row half].
     Tensor tOsO = recast<uint32_t>(thr_o.partition_C(make_tensor(make_smem_ptr(staging), typename K::SmemLayoutQ{})));
     static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
     // The previous item's stores have read the tile (issued a whole item ago: no wait in practice;
     // in Q's buffer they were waited for before its release).
-    if (!K::kStageOInQ && releases) tma_store_wait<0>();
+    if (!K::kStageOInQ && leader) tma_store_wait<0>();
     NamedBarrier::sync(128, kEpilogueBarrier + wg);
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt)
@@ -386,7 +390,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       }
     tma_store_fence();  // the threads' writes, visible to the TMA unit
     NamedBarrier::sync(128, kEpilogueBarrier + wg);
-    if (releases) {
+    if (leader) {
       // The warpgroup's rows of atom column c: 64 of the tile's kBlockM rows in Q's layout.
       Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
 #pragma unroll
@@ -407,7 +411,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     }
   }
   // The last TMA stores have read their tile before the CTA's shared memory goes.
-  if (releases) tma_store_wait<0>();
+  if (leader) tma_store_wait<0>();
   if (kPingPong && wg == 0) NamedBarrier::sync(256, kTurnBarrier);  // warpgroup 1's last arrival
 #else
   __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing
