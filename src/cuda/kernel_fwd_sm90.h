@@ -11,7 +11,8 @@
 // warpgroups take turns at the tensor cores (ping-pong): each issues its products only after the
 // other has issued its own, so that one warpgroup's softmax runs while the other's products
 // occupy the tensor cores. Each warpgroup writes its rows of O into a staging tile in shared
-// memory (above d 128 Q's buffer, once the item's products are done) and TMA stores take them out.
+// memory (above d 128 the item's last K or V stage, once both warpgroups' products are done with
+// it) and TMA stores take them out.
 #pragma once
 
 #include <cstdint>
@@ -117,7 +118,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       }
     }
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
-    // done (with K::kStageOInQ: once its output stores have read it). Every item loads Q, even one
+    // done (an item without keys: once its output stores have read it). Every item loads Q, even one
     // without keys (rare; its consumers only release it), so that Q's barrier phases follow the
     // item count. A fresh barrier counts as having completed the phase before its first: round 0
     // passes.
@@ -144,8 +145,14 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
 // The first of the two named barriers (ids after CUTLASS's reserved ones) that order the consumer
 // warpgroups' turns at the tensor cores.
 constexpr uint32_t kTurnBarrier = 0;
-// The first of the consumer warpgroups' own named barriers (one each), for the output's staging.
+// The first of the consumer warpgroups' own named barriers (one each, up to three), for the
+// output's staging.
 constexpr uint32_t kEpilogueBarrier = 2;
+// With K::kStageOInKv, the first of two named barriers, one per consumer warpgroup, on which it
+// waits before staging its output until the other warpgroup's last product has read that stage
+// (warpgroup 0 stages in the last K stage, read by warpgroup 1's last S; warpgroup 1 in the last V
+// stage, read by warpgroup 0's last O).
+constexpr uint32_t kStagingBarrier = 5;
 
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
 template <class K, bool kScoreMods>
@@ -224,6 +231,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   if (kPingPong && wg == 1) NamedBarrier::arrive(256, kTurnBarrier);
 
   int kv_loads = 0;  // the producer's count, followed here for the barrier phases
+  // With K::kStageOInKv: the K / V stage that holds the previous item's staged output (-1: none).
+  // The leader gives it back once the stores have read it, which it waits for only after the next
+  // item's first S product is issued, so that the warpgroup does not stall on the read.
+  int staged_stage = -1;
+  auto release_staged = [&] {
+    if (K::kStageOInKv && leader && staged_stage >= 0) {
+      tma_store_wait<0>();
+      Empty::arrive(&shared.k_empty[staged_stage]);
+      Empty::arrive(&shared.v_empty[staged_stage]);
+      staged_stage = -1;
+    }
+  };
   for (int item = 0;; ++item) {
     const int slot = item % 2;
     Empty::wait(&shared.tile_full[slot], (item / 2) & 1);
@@ -272,21 +291,25 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     };
     auto release_v = [&](int i) {
       warpgroup_fence_operand(tOrO);
-      if (leader) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
+      const bool staged_in = K::kStageOInKv && i == n_keys - 1;  // released after the stores
+      if (leader && !staged_in) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
     // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
     // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
-    // the item's last read of Q: its buffer goes back to the producer (with K::kStageOInQ, after
-    // the epilogue's stores).
+    // the item's last read of Q: its buffer goes back to the producer. With K::kStageOInKv the
+    // last K and V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0
+    // here that its last S has read the K stage.
     float correction[1][2];
     bool rescale_o = true;
     auto softmax_tile = [&](int i) {
       warpgroup_fence_operand(tSrS);
+      const bool last = i == n_keys - 1;
       if (leader) {
-        Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
-        if (i == n_keys - 1 && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
+        if (!(K::kStageOInKv && last)) Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
+        if (last) Empty::arrive(&shared.q_empty);
       }
+      if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStagingBarrier);
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
@@ -316,13 +339,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
-      if (leader && !K::kStageOInQ) Empty::arrive(&shared.q_empty);
+      release_staged();
+      if (leader && !K::kStageOInKv) Empty::arrive(&shared.q_empty);
       turn_begin();
       turn_end();
     } else {
       turn_begin();
       issue_s(0);
       turn_end();
+      release_staged();
       warpgroup_wait<0>();
       softmax_tile(0);
       convert_p();
@@ -352,6 +377,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       turn_end();
       warpgroup_wait<0>();
       release_v(n_keys - 1);
+      if (K::kStageOInKv && wg == 0) NamedBarrier::arrive(256, kStagingBarrier + 1);  // its last O read V
       kv_loads += n_keys;
     }
 
@@ -371,16 +397,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
             softmax.lse(0, half, sum);
       }
     }
-    // The staging tile's addresses, made here (opaque_zero).
-    Element* staging = (K::kStageOInQ ? shared.q.data() : shared.o.data()) + opaque_zero();
+    // The warpgroup's staging tile, its address made here (opaque_zero).
+    const int last_stage = (kv_loads + K::kStages - 1) % K::kStages;
+    constexpr int kTileElements = cosize_v<typename K::SmemLayoutO>;
+    Element* const last_kv = (wg == 0 ? shared.k.data() : shared.v.data()) + last_stage * K::kKvStageElements;
+    Element* staging = opaque_zero() + (!K::kStageOInKv ? shared.o.data() + wg * kTileElements
+                                        : n_keys == 0    ? shared.q.data() + wg * kTileElements
+                                                         : last_kv);
     // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the tile, in the
     // accumulators' order: [n8 tile][row half].
-    Tensor tOsO = recast<uint32_t>(thr_o.partition_C(make_tensor(make_smem_ptr(staging), typename K::SmemLayoutQ{})));
+    Tensor tOsO = recast<uint32_t>(typename K::MmaOWarpgroup{}.get_thread_slice(tid % 128).partition_C(
+        make_tensor(make_smem_ptr(staging), typename K::SmemLayoutO{})));
     static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
-    // The previous item's stores have read the tile (issued a whole item ago: no wait in practice;
-    // in Q's buffer they were waited for before its release).
-    if (!K::kStageOInQ && leader) tma_store_wait<0>();
-    NamedBarrier::sync(128, kEpilogueBarrier + wg);
+    if constexpr (K::kStageOInKv) {
+      // The other warpgroup's last product has read the stage.
+      if (n_keys > 0) NamedBarrier::sync(256, kStagingBarrier + wg);
+    } else {
+      // The previous item's stores have read the tile (issued a whole item ago: no wait in
+      // practice).
+      if (leader) tma_store_wait<0>();
+      NamedBarrier::sync(128, kEpilogueBarrier + wg);
+    }
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt)
 #pragma unroll
@@ -391,12 +428,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     tma_store_fence();  // the threads' writes, visible to the TMA unit
     NamedBarrier::sync(128, kEpilogueBarrier + wg);
     if (leader) {
-      // The warpgroup's rows of atom column c: 64 of the tile's kBlockM rows in Q's layout.
+      // The warpgroup's 64 rows, a box per atom column c.
       Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
 #pragma unroll
       for (int c = 0; c < K::kHeadDim / K::kOBoxCols; ++c) {
-        Tensor sBox = make_tensor(make_smem_ptr(staging + (c * K::kBlockM + wg * 64) * K::kOBoxCols),
-                                  typename K::SmemLayoutOBox{});
+        Tensor sBox = make_tensor(make_smem_ptr(staging + c * 64 * K::kOBoxCols), typename K::SmemLayoutOBox{});
         Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
                                  make_coord(w.m_block * K::kConsumerWarpgroups + wg, c));
         auto [tOg, tOs] =
@@ -404,9 +440,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         copy(args.tma_o, tOs, tOg);
       }
       tma_store_arrive();
-      if constexpr (K::kStageOInQ) {  // Q's buffer goes back to the producer once the stores read it
-        tma_store_wait<0>();
-        Empty::arrive(&shared.q_empty);
+      if constexpr (K::kStageOInKv) {  // the staging buffer goes back to the producer once the stores read it
+        if (n_keys > 0) {
+          staged_stage = last_stage;  // in the next item (release_staged)
+        } else {
+          tma_store_wait<0>();  // Q: before the next item's Q can load
+          Empty::arrive(&shared.q_empty);
+        }
       }
     }
   }

@@ -68,18 +68,31 @@ struct FwdSm90 {
       AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
-  // The output leaves through a staging tile laid out as Q's (each consumer warpgroup writes its
-  // rows where its rows of Q are) by TMA stores of one box of 64 rows x one swizzle atom's columns
-  // each: its own buffer where shared memory holds one beside Q and the K / V stages (up to d 128),
-  // else Q's buffer, which the item then keeps until the stores have read it (kStageOInQ: d 192 /
-  // 256). kOBoxCols: the atom's columns.
+  // The output leaves through a staging tile per consumer warpgroup (its 64 rows x the head dim,
+  // swizzled as Q) by TMA stores of one box of 64 rows x one swizzle atom's columns each
+  // (kOBoxCols). The tiles have their own buffer where shared memory holds one beside Q and the
+  // K / V stages (up to d 128). Else (kStageOInKv: d 192 / 256, two consumer warpgroups) warpgroup
+  // 0 stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the
+  // other warpgroup's last products have read them. Q goes back to the producer at the item's
+  // last S, so that the next item's Q loads under this one's last products and epilogue; the two
+  // stages go back once the stores have read them, which the leader thread waits for after the
+  // next item's first S product is issued (the next item's first tile is in the other stage, hence
+  // two stages at least). An item without keys has no stage: its zeros go through Q's buffer.
   static constexpr int kOBoxCols = int(cute::size<1>(AtomK{}));
   using SmemLayoutOBox = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOBoxCols>>{}));
-  static constexpr bool kStageOInQ =
+  using SmemLayoutO = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{}));
+  static constexpr bool kStageOInKv =
       int(sizeof(Element)) * int(2 * cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> +
                                  cute::cosize_v<SmemLayoutVt>) +
           1024 >
       227 * 1024;
+  static constexpr int kKvStageElements = kBlockN * kHeadDim;
+  static_assert(cute::cosize_v<SmemLayoutK> == kStages * kKvStageElements &&
+                    cute::cosize_v<SmemLayoutVt> == kStages * kKvStageElements,
+                "K / V stages lie one after the other");
+  static_assert(!kStageOInKv || (kConsumerWarpgroups == 2 && kStages >= 2 && kBlockN >= 64 &&
+                                 kKvStageElements * sizeof(Element) % 1024 == 0),
+                "a warpgroup's output staged in a K or V stage: 64 rows fit it, at a 1024-byte boundary");
 
   // S = Q K^T from shared memory; O += P V with P from registers. Each consumer warpgroup owns
   // 64 rows of the tile.
@@ -93,6 +106,8 @@ struct FwdSm90 {
                                  cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       WarpgroupLayout{}));
+  // One warpgroup's share of MmaO: its thread slices address the warpgroup's own staging tile.
+  using MmaOWarpgroup = decltype(cute::make_tiled_mma(typename MmaO::Atom{}));
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch) for Q, K and O, and V^T as
   // (head dim, rows, heads, batch). Strides in elements.
@@ -118,8 +133,9 @@ struct FwdSm90 {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;
-    // The output's staging tile, without kStageOInQ (else a token).
-    alignas(kStageOInQ ? 16 : 1024) cute::array_aligned<Element, kStageOInQ ? 8 : cute::cosize_v<SmemLayoutQ>> o;
+    // The consumer warpgroups' output staging tiles, without kStageOInKv (else a token).
+    alignas(kStageOInKv ? 16 : 1024)
+        cute::array_aligned<Element, kStageOInKv ? 8 : kConsumerWarpgroups * cute::cosize_v<SmemLayoutO>> o;
     // mbarriers: Q / stage s of K / V landed (full) or released by every consumer (empty); work
     // item slot s written by the producer (full) or read by every consumer (empty).
     uint64_t q_full, q_empty;

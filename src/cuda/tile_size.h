@@ -82,7 +82,8 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
 // O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q,
 // kStages K and V tiles and, where there is room, the output's staging tile (the size of Q's;
-// without room the output is staged in Q's buffer: mainloop_fwd_sm90.h), at most 227 KB.
+// without room the output is staged in the item's last K and V stages: mainloop_fwd_sm90.h), at
+// most 227 KB.
 // Every entry: two consumer warpgroups (128 query rows) and two K / V stages, so that the next
 // tile's K and V land while this one's products run. kRescaleInTurn: O takes the softmax's
 // corrections in the warpgroup's turn at the tensor cores (after the S product's issue) rather than
@@ -130,8 +131,9 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kPrefetchNext = false;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
-// staged in Q's buffer). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes while Q's
-// descriptors were held across the loop; it compiles clean since v5: to time against 96.)
+// staged in the last K / V stages). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes
+// while Q's descriptors were held across the loop; it compiles clean since v5: to time against
+// 96.)
 template <> struct FwdTileSm90<192> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
@@ -140,8 +142,8 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
-// S 40 + P 20 + O 128 registers, 224 KB (the output staged in Q's buffer). Measured 1.03-1.09x
-// the 64-key tiles from 2k keys (docs/performance.md, v5).
+// S 40 + P 20 + O 128 registers, 224 KB (the output staged in the last K / V stages). Measured
+// 1.03-1.09x the 64-key tiles from 2k keys (docs/performance.md, v5).
 template <> struct FwdTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
   static constexpr bool kRescaleInTurn = false;
