@@ -65,6 +65,16 @@ std::vector<AttnCase> forward_cases() {
   c = shape(1000, 100, 128);
   c.batch = 3, c.heads_q = 16, c.heads_kv = 4, c.causal = true;
   cases.push_back(c);
+  // The same at d 192 / 256, where the sm90a kernel stages an item's output in its last K / V
+  // stages and gives them back during the next item, and stages a keyless item's in Q's buffer.
+  for (int64_t d : {192, 256}) {
+    c = shape(600, 600, d);  // 160 items
+    c.batch = 4, c.heads_q = 8, c.heads_kv = 2, c.causal = true;
+    cases.push_back(c);
+    c = shape(1000, 100, d);  // 192 items, 168 of them keyless
+    c.batch = 3, c.heads_q = 8, c.heads_kv = 2, c.causal = true;
+    cases.push_back(c);
+  }
   // A causal mask on enough query rows for the sm90a forward's wide tile at d 64
   // (kFwdSm90WideMinMaskedRows, launch_fwd_sm90.h).
   c = shape(8200, 8233, 64);

@@ -118,8 +118,8 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       }
     }
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
-    // done (an item without keys: once its output stores have read it). Every item loads Q, even one
-    // without keys (rare; its consumers only release it), so that Q's barrier phases follow the
+    // done (an item without keys: at once, or with K::kStageOInKv once its output stores have read
+    // it). Every item loads Q, even one without keys (rare), so that Q's barrier phases follow the
     // item count. A fresh barrier counts as having completed the phase before its first: round 0
     // passes.
     Empty::wait(&shared.q_empty, (item & 1) ^ 1);
@@ -152,7 +152,9 @@ constexpr uint32_t kEpilogueBarrier = 2;
 // waits before staging its output until the other warpgroup's last product has read that stage
 // (warpgroup 0 stages in the last K stage, read by warpgroup 1's last S; warpgroup 1 in the last V
 // stage, read by warpgroup 0's last O).
-constexpr uint32_t kStagingBarrier = 5;
+constexpr uint32_t kStageReadBarrier = 5;
+static_assert(kEpilogueBarrier + 3 <= kStageReadBarrier && kStageReadBarrier + 2 <= 8,
+              "named barriers: 8 ids after CUTLASS's reserved ones");
 
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
 template <class K, bool kScoreMods>
@@ -233,14 +235,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   int kv_loads = 0;  // the producer's count, followed here for the barrier phases
   // With K::kStageOInKv: the K / V stage that holds the previous item's staged output (-1: none).
   // The leader gives it back once the stores have read it, which it waits for only after the next
-  // item's first S product is issued, so that the warpgroup does not stall on the read.
-  int staged_stage = -1;
-  auto release_staged = [&] {
-    if (K::kStageOInKv && leader && staged_stage >= 0) {
-      tma_store_wait<0>();
-      Empty::arrive(&shared.k_empty[staged_stage]);
-      Empty::arrive(&shared.v_empty[staged_stage]);
-      staged_stage = -1;
+  // item's first S product is issued (before an item without keys takes its turn), so that the
+  // warpgroup does not stall on the read. After the last item it is not given back: the producer
+  // has returned.
+  int pending_stage = -1;
+  auto release_pending_stage = [&] {
+    if constexpr (K::kStageOInKv) {
+      if (leader && pending_stage >= 0) {
+        tma_store_wait<0>();
+        Empty::arrive(&shared.k_empty[pending_stage]);
+        Empty::arrive(&shared.v_empty[pending_stage]);
+        pending_stage = -1;
+      }
     }
   };
   for (int item = 0;; ++item) {
@@ -309,7 +315,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         if (!(K::kStageOInKv && last)) Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
         if (last) Empty::arrive(&shared.q_empty);
       }
-      if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStagingBarrier);
+      if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStageReadBarrier);
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
@@ -339,7 +345,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
-      release_staged();
+      release_pending_stage();
       if (leader && !K::kStageOInKv) Empty::arrive(&shared.q_empty);
       turn_begin();
       turn_end();
@@ -347,7 +353,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       turn_begin();
       issue_s(0);
       turn_end();
-      release_staged();
+      release_pending_stage();
       warpgroup_wait<0>();
       softmax_tile(0);
       convert_p();
@@ -377,7 +383,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       turn_end();
       warpgroup_wait<0>();
       release_v(n_keys - 1);
-      if (K::kStageOInKv && wg == 0) NamedBarrier::arrive(256, kStagingBarrier + 1);  // its last O read V
+      if (K::kStageOInKv && wg == 0) NamedBarrier::arrive(256, kStageReadBarrier + 1);  // its last O read V
       kv_loads += n_keys;
     }
 
@@ -401,17 +407,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     const int last_stage = (kv_loads + K::kStages - 1) % K::kStages;
     constexpr int kTileElements = cosize_v<typename K::SmemLayoutO>;
     Element* const last_kv = (wg == 0 ? shared.k.data() : shared.v.data()) + last_stage * K::kKvStageElements;
-    Element* staging = opaque_zero() + (!K::kStageOInKv ? shared.o.data() + wg * kTileElements
-                                        : n_keys == 0    ? shared.q.data() + wg * kTileElements
-                                                         : last_kv);
+    Element* staging = (!K::kStageOInKv ? shared.o.data() + wg * kTileElements
+                        : n_keys == 0    ? shared.q.data() + wg * kTileElements
+                                         : last_kv) +
+                       opaque_zero();
     // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the tile, in the
     // accumulators' order: [n8 tile][row half].
     Tensor tOsO = recast<uint32_t>(typename K::MmaOWarpgroup{}.get_thread_slice(tid % 128).partition_C(
         make_tensor(make_smem_ptr(staging), typename K::SmemLayoutO{})));
     static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
     if constexpr (K::kStageOInKv) {
-      // The other warpgroup's last product has read the stage.
-      if (n_keys > 0) NamedBarrier::sync(256, kStagingBarrier + wg);
+      // The other warpgroup's last product has read the stage. (Without keys, Q's buffer: it has
+      // just landed, and the stores that read it for an earlier item were waited for before its
+      // release.)
+      if (n_keys > 0) NamedBarrier::sync(256, kStageReadBarrier + wg);
+      compiler_barrier();  // CUTLASS's bar.sync has no memory clobber: the writes stay after it
     } else {
       // The previous item's stores have read the tile (issued a whole item ago: no wait in
       // practice).
@@ -442,7 +452,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       tma_store_arrive();
       if constexpr (K::kStageOInKv) {  // the staging buffer goes back to the producer once the stores read it
         if (n_keys > 0) {
-          staged_stage = last_stage;  // in the next item (release_staged)
+          pending_stage = last_stage;  // given back in the next item (release_pending_stage)
         } else {
           tma_store_wait<0>();  // Q: before the next item's Q can load
           Empty::arrive(&shared.q_empty);

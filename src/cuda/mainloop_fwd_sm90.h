@@ -75,9 +75,9 @@ struct FwdSm90 {
   // 0 stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the
   // other warpgroup's last products have read them. Q goes back to the producer at the item's
   // last S, so that the next item's Q loads under this one's last products and epilogue; the two
-  // stages go back once the stores have read them, which the leader thread waits for after the
-  // next item's first S product is issued (the next item's first tile is in the other stage, hence
-  // two stages at least). An item without keys has no stage: its zeros go through Q's buffer.
+  // stages go back once the stores have read them, which the leader thread waits for in the next
+  // item, after its first S product is issued (that tile is in the other stage, hence two stages
+  // at least). An item without keys has no stage: its zeros go through Q's buffer.
   static constexpr int kOBoxCols = int(cute::size<1>(AtomK{}));
   using SmemLayoutOBox = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOBoxCols>>{}));
   using SmemLayoutO = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{}));
@@ -87,8 +87,7 @@ struct FwdSm90 {
           1024 >
       227 * 1024;
   static constexpr int kKvStageElements = kBlockN * kHeadDim;
-  static_assert(cute::cosize_v<SmemLayoutK> == kStages * kKvStageElements &&
-                    cute::cosize_v<SmemLayoutVt> == kStages * kKvStageElements,
+  static_assert(SmemLayoutK{}(0, 0, 1) == kKvStageElements && SmemLayoutVt{}(0, 0, 1) == kKvStageElements,
                 "K / V stages lie one after the other");
   static_assert(!kStageOInKv || (kConsumerWarpgroups == 2 && kStages >= 2 && kBlockN >= 64 &&
                                  kKvStageElements * sizeof(Element) % 1024 == 0),
