@@ -421,13 +421,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       // just landed, and the stores that read it for an earlier item were waited for before its
       // release.)
       if (n_keys > 0) NamedBarrier::sync(256, kStageReadBarrier + wg);
-      compiler_barrier();  // CUTLASS's bar.sync has no memory clobber: the writes stay after it
     } else {
       // The previous item's stores have read the tile (issued a whole item ago: no wait in
       // practice).
       if (leader) tma_store_wait<0>();
       NamedBarrier::sync(128, kEpilogueBarrier + wg);
     }
+    compiler_barrier();  // CUTLASS's bar.sync has no memory clobber: the writes stay after it
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt)
 #pragma unroll

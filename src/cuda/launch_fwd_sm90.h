@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cuda/kernel_fwd_sm90.h"
@@ -25,9 +26,12 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   // checked the others): the tensor map gets one 16-byte step there instead.
   constexpr int64_t kUnitStride = 16 / sizeof(Element);
   auto stride_of = [](int extent, int64_t stride) { return extent > 1 ? stride : kUnitStride; };
-  auto rows = [&](const void* data, int count, int cols, int heads, int64_t row_stride, int64_t head_stride,
+  // (rows, cols, heads, batch) with unit column stride: q, k (read) and out (written).
+  auto rows = [&](auto* data, int count, int cols, int heads, int64_t row_stride, int64_t head_stride,
                   int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(data)), make_shape(count, cols, heads, p.batch),
+    constexpr bool kRead = std::is_const_v<std::remove_pointer_t<decltype(data)>>;
+    using Pointer = std::conditional_t<kRead, const Element*, Element*>;
+    return make_tensor(make_gmem_ptr(static_cast<Pointer>(data)), make_shape(count, cols, heads, p.batch),
                        make_stride(stride_of(count, row_stride), _1{}, stride_of(heads, head_stride),
                                    stride_of(p.batch, batch_stride)));
   };
@@ -45,11 +49,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename K::SmemLayoutK{})),
       make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
       make_tma_copy(SM90_TMA_STORE{},
-                    make_tensor(make_gmem_ptr(static_cast<Element*>(p.out)),
-                                make_shape(p.seqlen_q, p.d, p.heads_q, p.batch),
-                                make_stride(stride_of(p.seqlen_q, p.out_row_stride), _1{},
-                                            stride_of(p.heads_q, p.out_head_stride),
-                                            stride_of(p.batch, p.out_batch_stride))),
+                    rows(p.out, p.seqlen_q, p.d, p.heads_q, p.out_row_stride, p.out_head_stride, p.out_batch_stride),
                     typename K::SmemLayoutOBox{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
