@@ -78,13 +78,22 @@ done
 
 bench_flags=(--backend "$backend" --csv --dims "$dims")
 [ $dir = fwd ] && bench_flags+=(--fwd-only)
-[ -n "$seqlens" ] && bench_flags+=(--seqlens "$seqlens")
+# Interleaved by seqlen, the variants' order rotated each round: the GPU's clock drifts over a
+# whole grid's run (d 64 without a mask moved 4% between two runs of the same kernel), and a
+# variant timed after another would carry the drift as a difference.
+rm -f "$out"/bench-*.csv
+[ -n "$seqlens" ] || seqlens="512,1024,2048,4096,8192,16384"
 for r in $(seq 1 "$rounds"); do
-  for v in "${names[@]}"; do
-    timeout 200 "$work/$v/build/tools/flashattn/flashattn" bench "${bench_flags[@]}" > "$out/bench-$v-$r.csv" 2> "$work/$v-$r.err" ||
-      tail -3 "$work/$v-$r.err"
+  order=("${names[@]:$(( (r - 1) % ${#names[@]} ))}" "${names[@]:0:$(( (r - 1) % ${#names[@]} ))}")
+  for s in ${seqlens//,/ }; do
+    for v in "${order[@]}"; do
+      csv="$out/bench-$v-$r.csv"
+      timeout 200 "$work/$v/build/tools/flashattn/flashattn" bench "${bench_flags[@]}" --seqlens "$s" > "$work/point.csv" \
+        2> "$work/$v-$r.err" || tail -3 "$work/$v-$r.err"
+      if [ -f "$csv" ]; then tail -n +2 "$work/point.csv" >> "$csv"; else cp "$work/point.csv" "$csv"; fi
+    done
   done
-  log "bench round $r"
+  log "bench round $r (order ${order[*]})"
 done
 
 python3 - "$out" "$rounds" "$dir" "${names[@]}" <<'PY'
