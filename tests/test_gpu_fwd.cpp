@@ -80,6 +80,11 @@ std::vector<AttnCase> forward_cases() {
   c = shape(8200, 8233, 64);
   c.batch = 1, c.heads_q = 1, c.heads_kv = 1, c.causal = true;
   cases.push_back(c);
+  // The same tile under a sliding window: its warpgroups skip the key tiles past their rows' last
+  // key at one end (kernel_fwd_sm90.h, warpgroup_keys) and mask more than one tile at the other.
+  c = shape(8192, 8192, 64);
+  c.batch = 1, c.heads_q = 2, c.heads_kv = 1, c.window_left = 700, c.window_right = 70;
+  cases.push_back(c);
   c = shape(384, 384, 64);  // 576 tiles with keys: several rounds of every barrier's phases per CTA
   c.batch = 4, c.heads_q = 48, c.heads_kv = 12;
   cases.push_back(c);

@@ -10,7 +10,9 @@
 // is in flight (the softcap / ALiBi instantiation waits for both products first). Two consumer
 // warpgroups take turns at the tensor cores (ping-pong): each issues its products only after the
 // other has issued its own, so that one warpgroup's softmax runs while the other's products
-// occupy the tensor cores. Each warpgroup writes its rows of O into a staging tile in shared
+// occupy the tensor cores. Under a causal mask or a window's right edge a warpgroup whose 64 rows
+// end a key tile before the item's skips that tile (where the tile table has kSkipKeyTiles). Each
+// warpgroup writes its rows of O into a staging tile in shared
 // memory (above d 128 the item's last K or V stage, once both warpgroups' products are done with
 // it) and TMA stores take them out.
 #pragma once
@@ -71,6 +73,29 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
   w.keys = key_tiles(mod, w.m_start, w.m_start + w.m_rows - 1, K::kBlockN);
   w.unmasked = unmasked_key_tiles(mod, w.m_start, w.m_start + K::kBlockM - 1, K::kBlockN);
   return w;
+}
+
+// One consumer warpgroup's 64 rows of a work item. Under a causal mask or a window's right edge
+// their last key may come a whole key tile before the item's (64-row warpgroups against 80- or
+// 96-key tiles at d 256 / 192, the wide tile's 192 rows against 128-key tiles, or keys past the
+// queries): in the kernel with kWarpgroupKeys the warpgroup skips the item's first `skip` key
+// tiles (the loop takes them from the last), which hold no key of its rows, and masks only the
+// tiles that its own rows do not keep whole. It always takes the item's last tile (its first
+// keys), so that its reads of Q and of the last K / V stages end there as the other warpgroups'
+// do. Without a right edge, or in the kernel without kWarpgroupKeys, the item's range: the work
+// before an item's first product is on its critical path (docs/performance.md, sm90a v24).
+struct WarpgroupKeys {
+  int skip;
+  KeyTiles unmasked;  // the key tiles that every row of the warpgroup keeps whole: no mask
+};
+template <class K, bool kWarpgroupKeys>
+__device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, const FwdTile& w, int wg) {
+  if (!kWarpgroupKeys || p.window_right < 0) return {0, w.unmasked};
+  const ScoreMod<float> mod = score_mod(p, w.slope);
+  const int row0 = w.m_start + 64 * wg;
+  int last_tile = w.keys.min + 1;  // rows past the queries: only the tile every warpgroup takes
+  if (row0 < p.seqlen_q) last_tile = max(last_tile, key_tiles(mod, row0, min(row0 + 63, p.seqlen_q - 1), K::kBlockN).max);
+  return {max(0, w.keys.max - last_tile), unmasked_key_tiles(mod, row0, row0 + 63, K::kBlockN)};
 }
 
 // The producer thread: hands out the work items (its CTA's first is blockIdx.x, the others come
@@ -157,7 +182,8 @@ static_assert(kEpilogueBarrier + 3 <= kStageReadBarrier && kStageReadBarrier + 2
               "named barriers: 8 ids after CUTLASS's reserved ones");
 
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
-template <class K, bool kScoreMods>
+// kWarpgroupKeys: each consumer warpgroup's own key range under a right edge (warpgroup_keys).
+template <class K, bool kScoreMods, bool kWarpgroupKeys>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_constant__ FwdSm90Args<K> args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist on sm_90a only
   using namespace cute;
@@ -259,6 +285,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     if (t >= num_tiles) break;
     const FwdTile w = fwd_tile<K, kScoreMods>(p, t, num_m);
     const int n_keys = w.n_keys();
+    // The warpgroup's index made warp-uniform to the compiler (a shuffle), so that the key-tile
+    // indices that start at own.skip stay in uniform registers (from the thread index, the loop's
+    // descriptors took 48 moves into them per iteration at d 128).
+    const WarpgroupKeys own = warpgroup_keys<K, kWarpgroupKeys>(p, w, cutlass::canonical_warp_group_idx() - 1);
     const bool plain_scores = !kScoreMods || (p.softcap == 0.f && w.slope == 0.f);
     OnlineSoftmax<1> softmax(plain_scores ? p.scale * kLog2e : 1.f);
     // The thread's place is read again per item rather than held across items (at d 256 the
@@ -319,7 +349,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
-      if (n_block < w.unmasked.min || n_block >= w.unmasked.max) {
+      if (n_block < own.unmasked.min || n_block >= own.unmasked.max) {
         apply_mask</*kRelativeRange=*/true>(s, score_mod(p, w.slope), origin);
       }
       softmax.update_scores<K::kTreeReduce, K::kMaxSlack>(
@@ -350,18 +380,35 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       turn_begin();
       turn_end();
     } else {
+      // The tiles that hold no key of this warpgroup's rows: no products, an empty turn each, and
+      // their stages go back once loaded (an earlier arrival could count towards the stage's
+      // previous use, which another warpgroup may still read). The previous item's staged output
+      // goes back first: the producer may need its stage for these tiles.
+      if (own.skip > 0) release_pending_stage();
+      for (int i = 0; i < own.skip; ++i) {
+        const int stage = (kv_loads + i) % K::kStages;
+        const uint32_t phase = ((kv_loads + i) / K::kStages) & 1;
+        if (leader) {
+          Full::wait(&shared.k_full[stage], phase);
+          Empty::arrive(&shared.k_empty[stage]);
+          Full::wait(&shared.v_full[stage], phase);
+          Empty::arrive(&shared.v_empty[stage]);
+        }
+        turn_begin();
+        turn_end();
+      }
       turn_begin();
-      issue_s(0);
+      issue_s(own.skip);
       turn_end();
       release_pending_stage();
       warpgroup_wait<0>();
-      softmax_tile(0);
+      softmax_tile(own.skip);
       convert_p();
       // O (tiles < i, at the old maxima) takes the last softmax's corrections before the next O
       // product: with kRescaleInTurn in the turn, between the S and O products' issue, where it
       // runs under the tensor cores' work instead of lengthening the softmax's span between turns
       // (tile_size.h).
-      for (int i = 1; i < n_keys; ++i) {
+      for (int i = own.skip + 1; i < n_keys; ++i) {
         turn_begin();
         issue_s(i);
         if constexpr (K::kRescaleInTurn) rescale();

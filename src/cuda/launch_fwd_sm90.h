@@ -17,7 +17,7 @@
 
 namespace flashattn::cuda {
 
-template <class K, bool kScoreMods>
+template <class K, bool kScoreMods, bool kWarpgroupKeys>
 void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   using Element = typename K::Element;
@@ -59,7 +59,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
   const dim3 grid(unsigned(std::min<int64_t>(items, sms)));
-  launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods>, grid, K::kThreads, K::kSmemBytes, args, stream,
+  launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, grid, K::kThreads, K::kSmemBytes, args, stream,
                       "sm90 forward kernel");
 }
 
@@ -70,14 +70,25 @@ inline bool fwd_sm90_wide_serves(const FwdParams& p) {
   return !masked || p.seqlen_q >= kFwdSm90WideMinMaskedRows;
 }
 
+// Where the tile has them (kSkipKeyTiles), calls with a right edge (causal, window) take the kernel
+// with the warpgroups' own key ranges; the others the kernel without them, whose code before an
+// item's first product is shorter (the score modifiers' kernel has them where the tile does).
+template <class K>
+void launch_sm90_plain(const FwdParams& p, cudaStream_t stream) {
+  if constexpr (K::kSkipKeyTiles) {
+    if (p.window_right >= 0) return launch_sm90<K, false, true>(p, stream);
+  }
+  launch_sm90<K, false, false>(p, stream);
+}
+
 template <int kHeadDim, class Element>
 void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using K = FwdSm90<kHeadDim, Element>;
-  if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true>(p, stream);
+  if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles>(p, stream);
   if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
-    if (fwd_sm90_wide_serves(p)) return launch_sm90<FwdSm90<kHeadDim, Element, true>, false>(p, stream);
+    if (fwd_sm90_wide_serves(p)) return launch_sm90_plain<FwdSm90<kHeadDim, Element, true>>(p, stream);
   }
-  launch_sm90<K, false>(p, stream);
+  launch_sm90_plain<K>(p, stream);
 }
 
 }  // namespace flashattn::cuda

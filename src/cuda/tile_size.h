@@ -112,6 +112,12 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 0;
   static constexpr bool kPrefetchNext = false;
+  // kSkipKeyTiles: each warpgroup's own key range under a right edge (kernel_fwd_sm90.h,
+  // warpgroup_keys). Not here: with 128-key tiles, 64-row warpgroups of a 128-row item skip a
+  // tile only where the diagonal is not aligned to the tiles (seqlen_k - seqlen_q not a multiple
+  // of 128), and in the first form (computed for every call) the 2.5-3.5% it cost at causal 2k /
+  // 4k outweighed that (sm90a v24).
+  static constexpr bool kSkipKeyTiles = false;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. The softmax is the limit (d 96
 // follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
@@ -122,6 +128,7 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kTreeReduce = true;  // follows d 128 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
   static constexpr bool kPrefetchNext = false;  // follows d 128 (not timed on its own)
+  static constexpr bool kSkipKeyTiles = false;  // as d 64
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
@@ -129,6 +136,7 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
   static constexpr bool kPrefetchNext = false;
+  static constexpr bool kSkipKeyTiles = false;  // as d 64
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
 // staged in the last K / V stages). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes
@@ -140,6 +148,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kTreeReduce = true;  // follows d 256 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
   static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
+  static constexpr bool kSkipKeyTiles = true;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB (the output staged in the last K / V stages). Measured
@@ -150,6 +159,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
   static constexpr bool kPrefetchNext = true;
+  static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -159,9 +169,11 @@ template <> struct FwdTileSm90<256> {
 // 160 registers per consumer thread (S 64 + P 32 + O 32 floats fit). Measured on an H100 against
 // the turn-taking 128-row tile (docs/performance.md, sm90a v7): 1.02-1.12x without a mask,
 // 1.03-1.05x with a causal mask from 8k query rows, 1.00 at 4k and 0.82-0.98x below, where more of
-// each 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows: 8k
-// since the 128-row tile's trees (kTreeReduce), with which that tile is 1.02x the wide one at
-// causal 4k and 0.97x at 8k / 16k (sm90a v13). No gain from 4 stages (0.99-1.01x).
+// each 192-row tile is masked; so a masked call takes it from kFwdSm90WideMinMaskedRows rows. 8k
+// after the 128-row tile's trees (kTreeReduce, sm90a v13); 2k since its warpgroups skip the key
+// tiles past their own rows (kSkipKeyTiles: on a causal diagonal 192 rows span two 128-key tiles,
+// and the first warpgroup's 64 rows often end before the second), with which it is 1.04 / 1.06x the
+// 128-row tile at causal 2k / 4k, and 1.05x the wide tile without it at 8k (sm90a v24). No gain from 4 stages (0.99-1.01x).
 template <int kHeadDim>
 struct FwdWideTileSm90 {
   static constexpr bool kExists = false;
@@ -173,8 +185,9 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kTreeReduce = false;  // 0.95-0.98x at causal 4k-16k
   static constexpr int kMaxSlack = 0;
   static constexpr bool kPrefetchNext = false;
+  static constexpr bool kSkipKeyTiles = true;
 };
-constexpr int kFwdSm90WideMinMaskedRows = 8192;
+constexpr int kFwdSm90WideMinMaskedRows = 2048;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
