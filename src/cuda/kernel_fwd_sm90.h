@@ -94,7 +94,9 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
   const ScoreMod<float> mod = score_mod(p, w.slope);
   const int row0 = w.m_start + 64 * wg;
   int last_tile = w.keys.min + 1;  // rows past the queries: only the tile every warpgroup takes
-  if (row0 < p.seqlen_q) last_tile = max(last_tile, key_tiles(mod, row0, min(row0 + 63, p.seqlen_q - 1), K::kBlockN).max);
+  if (row0 < p.seqlen_q) {
+    last_tile = max(last_tile, key_tiles(mod, row0, min(row0 + 63, p.seqlen_q - 1), K::kBlockN).max);
+  }
   return {max(0, w.keys.max - last_tile), unmasked_key_tiles(mod, row0, row0 + 63, K::kBlockN)};
 }
 
