@@ -12,9 +12,8 @@
 // other has issued its own, so that one warpgroup's softmax runs while the other's products
 // occupy the tensor cores. Under a causal mask or a window's right edge a warpgroup whose 64 rows
 // end a key tile before the item's skips that tile (where the tile table has kSkipKeyTiles). Each
-// warpgroup writes its rows of O into a staging tile in shared
-// memory (above d 128 the item's last K or V stage, once both warpgroups' products are done with
-// it) and TMA stores take them out.
+// warpgroup writes its rows of O into a staging tile in shared memory (above d 128 the item's last
+// K or V stage, once both warpgroups' products are done with it) and TMA stores take them out.
 #pragma once
 
 #include <cstdint>
