@@ -143,6 +143,7 @@ std::string AttnCase::describe() const {
     os << "_win" << (window_left < 0 ? std::string("inf") : std::to_string(window_left)) << "x"
        << (window_right < 0 ? std::string("inf") : std::to_string(window_right));
   }
+  if (softmax_scale > 0) os << "_scale" << std::lround(softmax_scale * 100);  // in hundredths
   if (softcap > 0) os << "_softcap";
   if (alibi) os << (alibi_per_batch ? "_alibib" : "_alibi") << (alibi_negative ? "neg" : "");
   if (dropout_p > 0) os << "_drop" << int(dropout_p * 100);
