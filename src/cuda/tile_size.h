@@ -105,7 +105,9 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
-// wide tile below does not: masked calls on fewer query rows, and softcap / ALiBi.
+// wide tile below does not: masked calls on fewer query rows, and softcap / ALiBi. 64-key tiles,
+// with or without each warpgroup's own key range or 4 stages, lost 8-14% at causal 512 / 1k: the
+// per-tile costs outweigh the masked products they save (sm90a v26).
 template <> struct FwdTileSm90<64> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
@@ -119,9 +121,11 @@ template <> struct FwdTileSm90<64> {
   // 4k outweighed that (sm90a v24).
   static constexpr bool kSkipKeyTiles = false;
 };
-// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. The softmax is the limit (d 96
-// follows d 128 here, not timed on its own). 176 keys without a mask, as FlashAttention-3: no gain
-// (0.96-1.03x, sm90a v9).
+// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. d 96 follows d 128 here, not
+// timed on its own. 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
+// Neither a shorter softmax span (the exponentials before the row max: 0.97-1.00x, v27) nor key
+// tiles in a rotated order (0.95-0.97x, v28) gained: from 8k keys sustained runs are held by
+// the GPU's power cap (docs/performance.md).
 template <> struct FwdTileSm90<96> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
