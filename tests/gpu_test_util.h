@@ -29,6 +29,11 @@ inline bool kernel_built(const AttnCase& c, bool backward) {
   return false;
 }
 
+// A case whose kernel this build left out is skipped, with the reason.
+#define SKIP_WITHOUT_KERNEL(c, backward) \
+  if (!kernel_built(c, backward))        \
+  GTEST_SKIP() << "no " << ((backward) ? "backward" : "forward") << " kernel for this case in this build"
+
 // Whether the CUDA backend has faster kernels than its sm80 ones for the current device (the
 // sm90a forward on a compute capability 9.0 GPU), so that FLASHATTN_BACKEND_CUDA_SM80 tests other
 // code.

@@ -99,7 +99,7 @@ class GpuBackward : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(GpuBackward, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const AttnCase& c = GetParam();
-  if (!kernel_built(c, /*backward=*/true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
   AttnData data = make_attn_data(c);
   data.prepare_backward();
   expect_pass(check_bwd(data, FLASHATTN_BACKEND_CUDA), c);  // the single pass, dq by atomics
@@ -110,7 +110,7 @@ TEST_P(GpuBackward, MatchesReference) {
 TEST_P(GpuBackward, DeterministicMatchesReference) {
   SKIP_WITHOUT_GPU();
   const AttnCase& c = GetParam();
-  if (!kernel_built(c, /*backward=*/true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
   if (c.seqlen_q >= 1023) GTEST_SKIP() << "the single-pass test covers this length";
   AttnData data = make_attn_data(c);
   data.prepare_backward();
@@ -126,7 +126,7 @@ TEST(GpuBackwardDeterminism, FiftyRunsBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   AttnCase c = shape(700, 650, 128);
   c.batch = 3, c.varlen = true, c.causal = true, c.heads_q = 8, c.heads_kv = 2, c.dropout_p = 0.1f;
-  if (!kernel_built(c, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
   AttnData data = make_attn_data(c);
   run_fwd(data, FLASHATTN_BACKEND_CUDA);
   data.prepare_backward();
@@ -149,7 +149,7 @@ TEST(GpuBackwardLarge, KeyRowsBeyondInt32Elements) {
   SKIP_WITHOUT_GPU();
   AttnCase c = shape(300, 600, 64);
   c.batch = 1, c.heads_q = 2, c.heads_kv = 1, c.causal = true;
-  if (!kernel_built(c, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
   const int64_t row_stride = int64_t(1) << 22;
   const size_t elem = flashattn_dtype_size(c.dtype);
   const size_t bytes = size_t(c.seqlen_k * row_stride) * elem;
@@ -202,7 +202,7 @@ class GpuBackwardApi : public ::testing::Test {
     SKIP_WITHOUT_GPU();
     c_ = shape(300, 400, 128);
     c_.causal = true, c_.batch = 3, c_.varlen = true;
-    if (!kernel_built(c_, true)) GTEST_SKIP() << "no backward kernel for this case in this build";
+    SKIP_WITHOUT_KERNEL(c_, /*backward=*/true);
     data_ = make_attn_data(c_);
     run_fwd(data_, FLASHATTN_BACKEND_CUDA);
     data_.prepare_backward();

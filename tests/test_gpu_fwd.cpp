@@ -197,7 +197,7 @@ class GpuForward : public ::testing::TestWithParam<std::tuple<AttnCase, flashatt
 TEST_P(GpuForward, MatchesReference) {
   SKIP_WITHOUT_GPU();
   auto [c, backend] = GetParam();
-  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   const bool hopper = device_has_sm90_kernels();
   if (backend == FLASHATTN_BACKEND_CUDA_SM80 && !hopper) {
     GTEST_SKIP() << "the sm80 kernels are the CUDA backend's own on this device";
@@ -220,7 +220,7 @@ TEST(GpuForwardLarge, PagedCacheBeyondInt32Elements) {
   SKIP_WITHOUT_GPU();
   AttnCase c = shape(3, 600, 128);
   c.batch = 2, c.heads_q = 16, c.heads_kv = 8, c.page_size = 256;
-  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   const int64_t page_elems = c.page_size * c.heads_kv * c.d;
   const int64_t num_blocks = (int64_t(1) << 31) / page_elems + 8;  // > 2^31 elements
   size_t free_bytes = 0, total_bytes = 0;
@@ -252,7 +252,7 @@ TEST(GpuForwardDeterminism, HundredRunsBitwiseEqual) {
   for (int splits : {0, 1}) {
     AttnCase c = shape(1000, 1000, 128);
     c.causal = true, c.heads_q = 8, c.heads_kv = 2, c.num_splits = splits;
-    if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+    SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
     const AttnData inputs = make_attn_data(c);
     AttnData first = inputs;
     run_fwd(first, FLASHATTN_BACKEND_CUDA);
@@ -271,7 +271,7 @@ TEST(GpuForwardDropout, MaskEqualsCpu) {
   SKIP_WITHOUT_GPU();
   AttnCase c = shape(64, 96, 64, FLASHATTN_F16);
   c.dropout_p = 0.9f;
-  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   AttnData gpu = make_attn_data(c), cpu = make_attn_data(c);
   run_fwd(gpu, FLASHATTN_BACKEND_CUDA);
   run_fwd(cpu, FLASHATTN_BACKEND_CPU_REFERENCE);
@@ -373,7 +373,7 @@ class GpuForwardApi : public ::testing::Test {
     SKIP_WITHOUT_GPU();
     c_ = shape(300, 400, 128);
     c_.causal = true, c_.batch = 3, c_.varlen = true;
-    if (!kernel_built(c_, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+    SKIP_WITHOUT_KERNEL(c_, /*backward=*/false);
     data_ = make_attn_data(c_);
     expected_ = data_;
     run_fwd(expected_, FLASHATTN_BACKEND_CUDA);
@@ -420,7 +420,7 @@ TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
 TEST_F(GpuForwardApi, AnyStrideOnLengthOneDims) {
   AttnCase c = shape(200, 300, 128);
   c.batch = 1, c.heads_q = 4, c.heads_kv = 1;
-  if (!kernel_built(c, /*backward=*/false)) GTEST_SKIP() << "no kernel for this head dim and dtype in this build";
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   AttnData data = make_attn_data(c), plain = make_attn_data(c);
   run_fwd(plain, FLASHATTN_BACKEND_CUDA);
   DeviceMirror mirror(data);
