@@ -83,6 +83,17 @@ std::vector<AttnCase> forward_cases() {
     c.batch = 3, c.heads_q = 8, c.heads_kv = 2, c.causal = true;
     cases.push_back(c);
   }
+  // Without a mask, from 4k keys and with an even number of query tiles per head, the sm90a kernel
+  // at d 128 / 256 runs in clusters of two CTAs that share each K / V tile (kClusterPairs,
+  // tile_size.h): at d 128 more pairs than an H100 runs clusters (two clusters take two pairs;
+  // every head's second tile holds one row, to keep the reference's cost down), partial last key
+  // tiles, GQA.
+  c = shape(129, 4100, 128);  // 68 pairs
+  c.batch = 1, c.heads_q = 68, c.heads_kv = 4;
+  cases.push_back(c);
+  c = shape(256, 4100, 256);  // 6 pairs
+  c.batch = 2, c.heads_q = 3, c.heads_kv = 1;
+  cases.push_back(c);
   // A causal mask on enough query rows for the sm90a forward's wide tile at d 64
   // (kFwdSm90WideMinMaskedRows, launch_fwd_sm90.h).
   c = shape(8200, 8233, 64);

@@ -14,6 +14,10 @@
 // end a key tile before the item's skips that tile (where the tile table has kSkipKeyTiles). Each
 // warpgroup writes its rows of O into a staging tile in shared memory (above d 128 the item's last
 // K or V stage, once both warpgroups' products are done with it) and TMA stores take them out.
+// Without a mask and from kFwdSm90ClusterMinKeys keys (tile_size.h, kClusterPairs), CTAs run in
+// clusters of two that take the two query tiles of a pair at once: each CTA's producer loads half
+// of every K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the
+// producers once the consumers of both CTAs are done with it.
 #pragma once
 
 #include <cstdint>
@@ -101,7 +105,11 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
 
 // The producer thread: hands out the work items (its CTA's first is blockIdx.x, the others come
 // from the global counter) through a two-slot ring in shared memory, and for each loads Q once and
-// its K / V tiles into the kStages-deep ring, the ring's position running on across items.
+// its K / V tiles into the kStages-deep ring, the ring's position running on across items. In
+// clusters of two (K::kCluster) the CTAs take the items gridDim.x apart instead, so that a
+// cluster's two CTAs take the two query tiles of a pair at once (items 2j and 2j + 1: one head,
+// the same key tiles; every item costs the same without a mask), and each loads one half of every
+// K / V tile into both CTAs' stages.
 template <class K>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
@@ -116,6 +124,9 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   Tensor mQ = args.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
   Tensor mK = args.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.d, heads_kv, p.batch));
   Tensor mVt = args.tma_v.get_tma_tensor(make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch));
+  constexpr int kCluster = K::kCluster;
+  const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
+  constexpr uint16_t kAllCtas = (1 << kCluster) - 1;
   int kv_loads = 0;
   int t = blockIdx.x;
   for (int item = 0;; ++item) {
@@ -131,8 +142,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     Tensor gK = local_tile(mK(_, _, hk, w.b), Shape<Int<K::kBlockN>, Int<K::kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gVt = local_tile(mVt(_, _, hk, w.b), Shape<Int<K::kHeadDim>, Int<K::kBlockN>>{}, make_coord(_0{}, _));
     auto [tQg, tQs] = tma_partition(args.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto [tKg, tKs] = tma_partition(args.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVg, tVs] = tma_partition(args.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    auto [tKg, tKs] =
+        tma_partition(args.tma_k, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVg, tVs] =
+        tma_partition(args.tma_v, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
     // With K::kPrefetchNext, this item's Q and first K / V tiles into L2 now, while the consumers
     // still work on the previous item (its loads were issued about kStages key tiles ago), so
     // that the loads below find them there instead of waiting on HBM between items.
@@ -157,14 +170,24 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     for (int i = 0; i < w.n_keys(); ++i, ++kv_loads) {
       const int n_block = w.keys.max - 1 - i, stage = kv_loads % K::kStages;
       const uint32_t phase = (kv_loads / K::kStages) & 1;
+      // The stage's full barrier expects the whole tile: in a cluster, this CTA's half and the
+      // other's land on it.
       Empty::wait(&shared.k_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.k_full[stage], K::kKvBytes);
-      copy(args.tma_k.with(shared.k_full[stage]), tKg(_, n_block), tKs(_, stage));
+      if constexpr (kCluster > 1) {
+        copy(args.tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
+      } else {
+        copy(args.tma_k.with(shared.k_full[stage]), tKg(_, n_block), tKs(_, stage));
+      }
       Empty::wait(&shared.v_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
-      copy(args.tma_v.with(shared.v_full[stage]), tVg(_, n_block), tVs(_, stage));
+      if constexpr (kCluster > 1) {
+        copy(args.tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
+      } else {
+        copy(args.tma_v.with(shared.v_full[stage]), tVg(_, n_block), tVs(_, stage));
+      }
     }
-    t = int(gridDim.x) + atomicAdd(p.tile_counter, 1);
+    t = kCluster > 1 ? t + int(gridDim.x) : int(gridDim.x) + atomicAdd(p.tile_counter, 1);
   }
 }
 
@@ -204,8 +227,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     for (int s = 0; s < K::kStages; ++s) {
       Full::init(&shared.k_full[s], 1);
       Full::init(&shared.v_full[s], 1);
-      Empty::init(&shared.k_empty[s], K::kConsumerWarpgroups);
-      Empty::init(&shared.v_empty[s], K::kConsumerWarpgroups);
+      Empty::init(&shared.k_empty[s], K::kConsumerWarpgroups * K::kCluster);
+      Empty::init(&shared.v_empty[s], K::kConsumerWarpgroups * K::kCluster);
     }
     for (int s = 0; s < 2; ++s) {
       Empty::init(&shared.tile_full[s], 1);
@@ -213,11 +236,25 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  // In a cluster the other CTA's loads and consumers signal this CTA's barriers: it must have made
+  // them first, and it may leave only once the other CTA is done with them (the end below).
+  auto cluster_sync = [] {
+    if constexpr (K::kCluster > 1) {
+      __syncwarp();
+      cute::cluster_arrive();
+      cute::cluster_wait();
+    }
+  };
+  if constexpr (K::kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<K::kProducerRegisters>();
     if (threadIdx.x == 0) produce_fwd_sm90<K>(args, shared, num_m, num_tiles);
+    cluster_sync();
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<K::kConsumerRegisters>();
@@ -242,6 +279,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   auto& acc_o = *reinterpret_cast<float(*)[1][K::kDTiles][4]>(raw_pointer_cast(tOrO.data()));
   // One thread per consumer warpgroup: its arrivals on the empty barriers and its output stores.
   const bool leader = tid % 128 == 0;
+  // The leader's release of a K or V stage: in a cluster, to both CTAs (either CTA's next load
+  // writes both).
+  auto release_stage = [](uint64_t& empty) {
+    if constexpr (K::kCluster > 1) {
+      for (uint32_t cta = 0; cta < K::kCluster; ++cta) Empty::arrive(&empty, cta, 1u);
+    } else {
+      Empty::arrive(&empty);
+    }
+  };
 
   // Turns at the tensor cores (ping-pong; with two consumer warpgroups only, three issue freely):
   // warpgroup w waits on turn barrier w for the other warpgroup's arrival (its products issued),
@@ -270,8 +316,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     if constexpr (K::kStageOInKv) {
       if (leader && pending_stage >= 0) {
         tma_store_wait<0>();
-        Empty::arrive(&shared.k_empty[pending_stage]);
-        Empty::arrive(&shared.v_empty[pending_stage]);
+        release_stage(shared.k_empty[pending_stage]);
+        release_stage(shared.v_empty[pending_stage]);
         pending_stage = -1;
       }
     }
@@ -329,7 +375,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     auto release_v = [&](int i) {
       warpgroup_fence_operand(tOrO);
       const bool staged_in = K::kStageOInKv && i == n_keys - 1;  // released after the stores
-      if (leader && !staged_in) Empty::arrive(&shared.v_empty[(kv_loads + i) % K::kStages]);
+      if (leader && !staged_in) release_stage(shared.v_empty[(kv_loads + i) % K::kStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
     // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
@@ -343,7 +389,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       warpgroup_fence_operand(tSrS);
       const bool last = i == n_keys - 1;
       if (leader) {
-        if (!(K::kStageOInKv && last)) Empty::arrive(&shared.k_empty[(kv_loads + i) % K::kStages]);
+        if (!(K::kStageOInKv && last)) release_stage(shared.k_empty[(kv_loads + i) % K::kStages]);
         if (last) Empty::arrive(&shared.q_empty);
       }
       if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStageReadBarrier);
@@ -391,9 +437,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         const uint32_t phase = ((kv_loads + i) / K::kStages) & 1;
         if (leader) {
           Full::wait(&shared.k_full[stage], phase);
-          Empty::arrive(&shared.k_empty[stage]);
+          release_stage(shared.k_empty[stage]);
           Full::wait(&shared.v_full[stage], phase);
-          Empty::arrive(&shared.v_empty[stage]);
+          release_stage(shared.v_empty[stage]);
         }
         turn_begin();
         turn_end();
@@ -511,6 +557,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   // The last TMA stores have read their tile before the CTA's shared memory goes.
   if (leader) tma_store_wait<0>();
   if (kPingPong && wg == 0) NamedBarrier::sync(256, kTurnBarrier);  // warpgroup 1's last arrival
+  cluster_sync();
 #else
   __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing
 #endif

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +36,9 @@ inline size_t align_workspace(size_t bytes) { return (bytes + kWorkspaceAlign - 
 // naming `what`.
 int device_attribute(cudaDeviceAttr attribute, int device, const char* what);
 
+// Devices whose per-kernel launch facts the launchers keep (higher ordinals ask every time).
+constexpr int kMaxCachedDevices = 64;
+
 // Launches a tiled kernel with smem_bytes of dynamic shared memory (tiles above 48 KB must be
 // opted into, per kernel); a refused opt-in or launch is a FLASHATTN_CUDA_ERROR naming `what`.
 template <class Kernel, class Args>
@@ -43,6 +48,40 @@ void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, 
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
   kernel<<<grid, threads, smem_bytes, stream>>>(args);
   err = cudaGetLastError();
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+}
+
+// Launches the persistent kernel kKernel in clusters of `cluster` CTAs along x: as many clusters
+// as the device runs at once (asked once per device), at most `units` (the clusters' work units),
+// each CTA with smem_bytes of dynamic shared memory. A refused launch is a FLASHATTN_CUDA_ERROR
+// naming `what`.
+template <auto kKernel, class Args>
+void launch_cluster_kernel(int cluster, int64_t units, int threads, int smem_bytes, const Args& args,
+                           cudaStream_t stream, const char* what) {
+  cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = unsigned(cluster), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(cluster)), config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
+  config.attrs = &attribute, config.numAttrs = 1;
+  int device = 0;
+  err = cudaGetDevice(&device);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaGetDevice: ", cudaGetErrorString(err));
+  static std::atomic<int> clusters_of_device[kMaxCachedDevices] = {};  // 0: not asked yet
+  int clusters = device < kMaxCachedDevices ? clusters_of_device[device].load(std::memory_order_relaxed) : 0;
+  if (clusters == 0) {
+    err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config);
+    if (err != cudaSuccess) {
+      fail(FLASHATTN_CUDA_ERROR, what, ": cudaOccupancyMaxActiveClusters: ", cudaGetErrorString(err));
+    }
+    if (clusters < 1) fail(FLASHATTN_CUDA_ERROR, what, ": no cluster of ", cluster, " CTAs fits the device");
+    if (device < kMaxCachedDevices) clusters_of_device[device].store(clusters, std::memory_order_relaxed);
+  }
+  config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * cluster));
+  err = cudaLaunchKernelEx(&config, kKernel, args);
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
 

@@ -1,6 +1,6 @@
 // Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
-// q, k, v (v as V^T: head dim x keys) and out, and launches one persistent CTA per SM; the caller
-// has zeroed p.tile_counter.
+// q, k, v (v as V^T: head dim x keys) and out, and launches one persistent CTA per SM (or clusters
+// of two); the caller has zeroed p.tile_counter.
 // The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
 // launch_fwd.cu decides when this path serves a call (sm90_serves).
 #pragma once
@@ -44,23 +44,36 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
       make_tma_copy(SM90_TMA_LOAD{},
                     rows(p.q, p.seqlen_q, p.d, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                     typename K::SmemLayoutQ{}),
-      make_tma_copy(SM90_TMA_LOAD{},
+      make_tma_copy(typename K::TmaKvOp{},
                     rows(p.k, p.seqlen_k, p.d, heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
-                    take<0, 2>(typename K::SmemLayoutK{})),
-      make_tma_copy(SM90_TMA_LOAD{}, v_t, take<0, 2>(typename K::SmemLayoutVt{})),
+                    take<0, 2>(typename K::SmemLayoutK{}), Int<K::kCluster>{}),
+      make_tma_copy(typename K::TmaKvOp{}, v_t, take<0, 2>(typename K::SmemLayoutVt{}), Int<K::kCluster>{}),
       make_tma_copy(SM90_TMA_STORE{},
                     rows(p.out, p.seqlen_q, p.d, p.heads_q, p.out_row_stride, p.out_head_stride, p.out_batch_stride),
                     typename K::SmemLayoutOBox{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
-  // work items are fewer.
+  // work items are fewer; in clusters of two, as many clusters as the GPU runs at once.
   const int64_t items = int64_t((p.seqlen_q + K::kBlockM - 1) / K::kBlockM) * p.heads_q * p.batch;
   if (items == 0) return;
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
-  const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
-  const dim3 grid(unsigned(std::min<int64_t>(items, sms)));
-  launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, grid, K::kThreads, K::kSmemBytes, args, stream,
-                      "sm90 forward kernel");
+  if constexpr (K::kCluster > 1) {
+    launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>>(
+        K::kCluster, items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+  } else {
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
+    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, dim3(unsigned(std::min<int64_t>(items, sms))),
+                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+  }
+}
+
+// Where the tile table has kClusterPairs: calls without a mask, from kFwdSm90ClusterMinKeys keys,
+// whose heads have an even number of query tiles (every tile of a head has the same key tiles, and
+// a cluster takes two of them).
+template <class K>
+bool fwd_sm90_cluster_serves(const FwdParams& p) {
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;
+  return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0;
 }
 
 // Where a head dim has a wide tile (tile_size.h), it serves the plain scores of unmasked calls
@@ -85,6 +98,10 @@ template <int kHeadDim, class Element>
 void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using K = FwdSm90<kHeadDim, Element>;
   if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles>(p, stream);
+  if constexpr (FwdTileSm90<kHeadDim>::kClusterPairs) {
+    using Pairs = FwdSm90<kHeadDim, Element, false, 2>;
+    if (fwd_sm90_cluster_serves<K>(p)) return launch_sm90<Pairs, false, false>(p, stream);
+  }
   if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
     if (fwd_sm90_wide_serves(p)) return launch_sm90_plain<FwdSm90<kHeadDim, Element, true>>(p, stream);
   }

@@ -15,11 +15,15 @@
 
 namespace flashattn::cuda {
 
-// kWide: the wide tile (FwdWideTileSm90) instead of the table's.
-template <int kHeadDim_, class Element_, bool kWide = false>
+// kWide: the wide tile (FwdWideTileSm90) instead of the table's. kCluster_: CTAs per cluster (1 or
+// 2); a cluster of two takes two query tiles of one head with the same key tiles, and each CTA
+// loads half of every K / V tile into both CTAs' shared memory (TMA multicast).
+template <int kHeadDim_, class Element_, bool kWide = false, int kCluster_ = 1>
 struct FwdSm90 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kCluster = kCluster_;
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
   using Tile = std::conditional_t<kWide, FwdWideTileSm90<kHeadDim>, FwdTileSm90<kHeadDim>>;
   static constexpr int kConsumerWarpgroups = Tile::kConsumerWarpgroups;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
@@ -118,10 +122,12 @@ struct FwdSm90 {
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Pointer>(nullptr)),
                                                 GmemShape{}, Stride{}));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{}, SmemLayoutQ{}));
-  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{},
-                                            cute::take<0, 2>(SmemLayoutK{})));
-  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<ColsStride>{},
-                                            cute::take<0, 2>(SmemLayoutVt{})));
+  // K and V: a box per CTA of the cluster, each multicast to all of them when there are two.
+  using TmaKvOp = std::conditional_t<kCluster == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
+  using TmaK = decltype(cute::make_tma_copy(TmaKvOp{}, GmemTensor<RowsStride>{}, cute::take<0, 2>(SmemLayoutK{}),
+                                            cute::Int<kCluster>{}));
+  using TmaV = decltype(cute::make_tma_copy(TmaKvOp{}, GmemTensor<ColsStride>{}, cute::take<0, 2>(SmemLayoutVt{}),
+                                            cute::Int<kCluster>{}));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<RowsStride, Element*>{},
                                             SmemLayoutOBox{}));
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
@@ -136,7 +142,8 @@ struct FwdSm90 {
     // The consumer warpgroups' output staging tiles, without kStageOInKv (else a token).
     alignas(kStageOInKv ? 16 : 1024)
         cute::array_aligned<Element, kStageOInKv ? 8 : kConsumerWarpgroups * cute::cosize_v<SmemLayoutO>> o;
-    // mbarriers: Q / stage s of K / V landed (full) or released by every consumer (empty); work
+    // mbarriers: Q / stage s of K / V landed (full) or released by every consumer (empty: with
+    // kCluster 2, by the consumers of both CTAs, as either CTA's loads write both); work
     // item slot s written by the producer (full) or read by every consumer (empty).
     uint64_t q_full, q_empty;
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];

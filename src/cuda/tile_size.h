@@ -101,7 +101,11 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // first K / V tiles into L2 as soon as it takes the item, about kStages key tiles before their
 // loads; worth it where Q is largest against an item's work (64 KB at d 256: 1.02-1.05x at 512 /
 // 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12; again
-// 0.98-1.01x with the output staged, v19).
+// 0.98-1.01x with the output staged, v19). kClusterPairs: calls without a mask, from
+// kFwdSm90ClusterMinKeys keys, run in clusters of two CTAs that take two query tiles of a head and
+// load each K / V tile once for both (TMA multicast): half the K / V bytes from L2, which at the
+// power cap the long calls run under gives the SMs a higher clock (sustained d 128 8k / 16k and
+// d 256 16k: 1.015-1.023x, 30-70 MHz more at the same 700 W; sm90a v29).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -120,6 +124,7 @@ template <> struct FwdTileSm90<64> {
   // of 128), and in the first form (computed for every call) the 2.5-3.5% it cost at causal 2k /
   // 4k outweighed that (sm90a v24).
   static constexpr bool kSkipKeyTiles = false;
+  static constexpr bool kClusterPairs = false;  // calls without a mask take the wide tile
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. d 96 follows d 128 here, not
 // timed on its own. 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
@@ -133,6 +138,7 @@ template <> struct FwdTileSm90<96> {
   static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
   static constexpr bool kPrefetchNext = false;  // follows d 128 (not timed on its own)
   static constexpr bool kSkipKeyTiles = false;  // as d 64
+  static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 96
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
@@ -141,6 +147,7 @@ template <> struct FwdTileSm90<128> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kPrefetchNext = false;
   static constexpr bool kSkipKeyTiles = false;  // as d 64
+  static constexpr bool kClusterPairs = true;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
 // staged in the last K / V stages). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes
@@ -153,6 +160,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
   static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
   static constexpr bool kSkipKeyTiles = true;  // follows d 256 (not timed on its own)
+  static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 192
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB (the output staged in the last K / V stages). Measured
@@ -164,6 +172,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kPrefetchNext = true;
   static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
+  static constexpr bool kClusterPairs = true;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -193,6 +202,10 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kSkipKeyTiles = true;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
+// The clusters of two (kClusterPairs) from this many keys: the two CTAs wait for each other at
+// every K / V stage, which cost 1.6-2.2% at d 128 with 1k / 2k keys (8-16 key tiles per item),
+// where the L2 bytes saved matter less (1.00-1.03x from 4k in bursts; sm90a v29).
+constexpr int kFwdSm90ClusterMinKeys = 4096;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
