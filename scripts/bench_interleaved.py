@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """flashattn (its C API through scripts/flashattn_ctypes.py), PyTorch's FlashAttention-2 and cuDNN
-backends of scaled_dot_product_attention on the same tensors at each point of the standard grid
-(16k tokens, heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one batch
-of `repeat` back-to-back calls per library (CUDA events around the batch, so that host overhead
-between calls is hidden as in an engine's stream), each library's time the median of its rounds.
-Alternating within a point keeps the GPU's clock drift (its temperature follows the last minutes of
-work) from favouring whichever library a grid-by-grid comparison runs first. The forward of the
-peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
+backends of scaled_dot_product_attention on the same tensors at each point of the standard grid (16k
+tokens, heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one batch of
+`repeat` back-to-back calls per library (CUDA events around the batch, so that host overhead between
+calls is hidden as in an engine's stream), each library's time the median of its rounds. Alternating
+within a point keeps the GPU's clock drift (its temperature follows the last minutes of work) from
+favouring whichever library a grid-by-grid comparison runs first. The order rotates each round, so
+that no library always follows the same one: under the power cap a batch may start at the clock the
+previous library's batch left (our reading of why our backward ran up to 8% slower, at d 128, in the
+grid, always after cuDNN's, than in sustained runs without it; docs/performance.md). The forward of
+the peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
 writes lse as well. Prints the bf16 GEMM rate and a table. Runs on the device machine only."""
 import argparse
 import contextlib
@@ -143,8 +146,10 @@ def main():
                         except RuntimeError as e:  # a peer that refuses a shape
                             print(f"# {name}: {str(e)[:80]}", file=sys.stderr)
                             times[name] = None
-                    for _ in range(args.rounds):
-                        for name, (fn, backend) in fns.items():
+                    names = list(fns)
+                    for r in range(args.rounds):
+                        for name in names[r % len(names):] + names[:r % len(names)]:
+                            fn, backend = fns[name]
                             if times[name] is not None:
                                 times[name].append(batch_ms(fn, args.repeat, backend))
                     flops = attention_flops(batch, heads, seqlen, d, causal, backward=direction == "bwd")
