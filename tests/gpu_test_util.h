@@ -48,6 +48,22 @@ inline bool device_has_sm90_kernels() {
   return major == 9 && minor == 0;
 }
 
+// Captures `call` (a flashattn entry point working on `stream`) into a CUDA graph in the strictest
+// capture mode, then replays the graph once and waits for it. Use under ASSERT_NO_FATAL_FAILURE.
+template <class Call>
+void run_captured(cudaStream_t stream, Call call) {
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(call(), FLASHATTN_SUCCESS) << flashattn_last_error();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 inline void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {
   for (const Check& check : checks) EXPECT_TRUE(check.pass) << c.describe() << ": " << check.to_string();
 }

@@ -235,18 +235,9 @@ TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
   ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
   p.exec.workspace = workspace;
   p.exec.workspace_size = bytes;
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(flashattn_bwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_bwd(&p); }));
   mirror.download();
   expect_correct_gradients();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaFree(workspace);
   cudaStreamDestroy(stream);
 }
@@ -258,18 +249,9 @@ TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
   flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
   p.exec.stream = stream;
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(flashattn_bwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_bwd(&p); }));
   mirror.download();
   expect_correct_gradients();
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

@@ -1,23 +1,25 @@
 // The sm90a forward kernel: persistent CTAs with warp specialization. Warpgroup 0 produces: one
-// thread takes work items (a query tile of one head and sequence) from a global counter and, for
-// each, loads Q once and its K / V tiles into a kStages-deep ring by TMA, every buffer guarded by
-// a "full" mbarrier (the copy's bytes landed) and an "empty" one (every consumer warpgroup is done
-// with it), so that the next item's loads run under this item's last products and epilogue.
-// Warpgroups 1.. consume, 64 query rows each: S = Q K^T by wgmma from shared memory, the online
-// softmax of the sm80 kernel on the accumulators (same per-thread fragment order: rows g and
-// g + 8, columns 2t and 2t + 1 of each n8 group), P packed to 16 bits in registers and O += P V by
-// wgmma with P as the register operand; a tile's softmax runs while the previous tile's O product
-// is in flight (the softcap / ALiBi instantiation waits for both products first). Two consumer
-// warpgroups take turns at the tensor cores (ping-pong): each issues its products only after the
-// other has issued its own, so that one warpgroup's softmax runs while the other's products
-// occupy the tensor cores. Under a causal mask or a window's right edge a warpgroup whose 64 rows
-// end a key tile before the item's skips that tile (where the tile table has kSkipKeyTiles). Each
-// warpgroup writes its rows of O into a staging tile in shared memory (above d 128 the item's last
-// K or V stage, once both warpgroups' products are done with it) and TMA stores take them out.
-// Without a mask and from kFwdSm90ClusterMinKeys keys (tile_size.h, kClusterPairs), CTAs run in
-// clusters of two that take the two query tiles of a pair at once: each CTA's producer loads half
-// of every K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the
-// producers once the consumers of both CTAs are done with it.
+// thread takes work items (a query tile of one head and sequence) from a global counter (CTAs in
+// clusters step through them gridDim.x apart instead) and, for each, loads Q once and its K / V
+// tiles into a kStages-deep ring by TMA, every buffer guarded by a "full" mbarrier (the copy's
+// bytes landed) and an "empty" one (every consumer warpgroup is done with it), so that the next
+// item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
+// rows each: S = Q K^T by wgmma from shared memory, the online softmax of the sm80 kernel on the
+// accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
+// group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand; a
+// tile's softmax runs while the previous tile's O product is in flight (the softcap / ALiBi
+// instantiation waits for both products first). Two consumer warpgroups take turns at the tensor
+// cores (ping-pong): each issues its products only after the other has issued its own, so that one
+// warpgroup's softmax runs while the other's products occupy the tensor cores. Under a causal mask
+// or a window's right edge a warpgroup whose 64 rows end a key tile before the item's skips that
+// tile (where the tile table has kSkipKeyTiles). Each warpgroup writes its rows of O into a staging
+// tile in shared memory (above d 128 the item's last K or V stage, once both warpgroups' products
+// are done with it) and TMA stores take them out. Where the tile table has kClusterPairs (d 128 /
+// 256), calls without a mask, softcap or ALiBi, from kFwdSm90ClusterMinKeys keys, with an even
+// number of query tiles per head, run in clusters of two CTAs that take two query tiles of a head
+// at once (fwd_sm90_cluster_serves): each CTA's producer loads half of every K / V tile into both
+// CTAs' stages (TMA multicast), and a stage goes back to the producers once the consumers of both
+// CTAs are done with it.
 #pragma once
 
 #include <cstdint>
@@ -126,7 +128,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   Tensor mVt = args.tma_v.get_tma_tensor(make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch));
   constexpr int kCluster = K::kCluster;
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
-  constexpr uint16_t kAllCtas = (1 << kCluster) - 1;
+  constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
   int t = blockIdx.x;
   for (int item = 0;; ++item) {
@@ -174,18 +176,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       // other's land on it.
       Empty::wait(&shared.k_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.k_full[stage], K::kKvBytes);
-      if constexpr (kCluster > 1) {
-        copy(args.tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
-      } else {
-        copy(args.tma_k.with(shared.k_full[stage]), tKg(_, n_block), tKs(_, stage));
-      }
+      copy(args.tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
       Empty::wait(&shared.v_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
-      if constexpr (kCluster > 1) {
-        copy(args.tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
-      } else {
-        copy(args.tma_v.with(shared.v_full[stage]), tVg(_, n_block), tVs(_, stage));
-      }
+      copy(args.tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
     }
     t = kCluster > 1 ? t + int(gridDim.x) : int(gridDim.x) + atomicAdd(p.tile_counter, 1);
   }
@@ -237,16 +231,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     cutlass::arch::fence_barrier_init();
   }
   // In a cluster the other CTA's loads and consumers signal this CTA's barriers: it must have made
-  // them first, and it may leave only once the other CTA is done with them (the end below).
-  auto cluster_sync = [] {
+  // them first, and it may leave only once the other CTA is done with them (the end below). The
+  // cluster barrier is an .aligned instruction: warp 0 reconverges first, as its thread 0 comes
+  // from the producer's loop.
+  auto sync_with_peer = [] {
     if constexpr (K::kCluster > 1) {
       __syncwarp();
-      cute::cluster_arrive();
-      cute::cluster_wait();
+      cute::cluster_sync();
     }
   };
   if constexpr (K::kCluster > 1) {
-    cluster_sync();
+    sync_with_peer();
   } else {
     __syncthreads();
   }
@@ -254,7 +249,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<K::kProducerRegisters>();
     if (threadIdx.x == 0) produce_fwd_sm90<K>(args, shared, num_m, num_tiles);
-    cluster_sync();
+    sync_with_peer();
     return;
   }
   cutlass::arch::warpgroup_reg_alloc<K::kConsumerRegisters>();
@@ -557,7 +552,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   // The last TMA stores have read their tile before the CTA's shared memory goes.
   if (leader) tma_store_wait<0>();
   if (kPingPong && wg == 0) NamedBarrier::sync(256, kTurnBarrier);  // warpgroup 1's last arrival
-  cluster_sync();
+  sync_with_peer();
 #else
   __trap();  // an sm_90a kernel launched from another arch's code: never silently do nothing
 #endif

@@ -36,53 +36,82 @@ inline size_t align_workspace(size_t bytes) { return (bytes + kWorkspaceAlign - 
 // naming `what`.
 int device_attribute(cudaDeviceAttr attribute, int device, const char* what);
 
-// Devices whose per-kernel launch facts the launchers keep (higher ordinals ask every time).
-constexpr int kMaxCachedDevices = 64;
+// Opts a kernel into smem_bytes of dynamic shared memory (above 48 KB each kernel must ask); a
+// refusal is a FLASHATTN_CUDA_ERROR.
+template <class Kernel>
+void opt_in_shared_memory(Kernel kernel, int smem_bytes) {
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // the caller's next check must not find this call's error
+    fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  }
+}
 
-// Launches a tiled kernel with smem_bytes of dynamic shared memory (tiles above 48 KB must be
-// opted into, per kernel); a refused opt-in or launch is a FLASHATTN_CUDA_ERROR naming `what`.
+// Launches a tiled kernel with smem_bytes of dynamic shared memory; a refused opt-in or launch is a
+// FLASHATTN_CUDA_ERROR naming `what`.
 template <class Kernel, class Args>
 void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const Args& args,
                          cudaStream_t stream, const char* what) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+  opt_in_shared_memory(kernel, smem_bytes);
   kernel<<<grid, threads, smem_bytes, stream>>>(args);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
 
-// Launches the persistent kernel kKernel in clusters of `cluster` CTAs along x: as many clusters
-// as the device runs at once (asked once per device), at most `units` (the clusters' work units),
-// each CTA with smem_bytes of dynamic shared memory. A refused launch is a FLASHATTN_CUDA_ERROR
-// naming `what`.
-template <auto kKernel, class Args>
-void launch_cluster_kernel(int cluster, int64_t units, int threads, int smem_bytes, const Args& args,
-                           cudaStream_t stream, const char* what) {
-  cudaError_t err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaFuncSetAttribute: ", cudaGetErrorString(err));
+// The launch configuration of `clusters` clusters of kCluster CTAs along x, each CTA with `threads`
+// threads and smem_bytes of dynamic shared memory.
+template <int kCluster>
+struct ClusterLaunch {
   cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = unsigned(cluster), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(cluster)), config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
-  config.attrs = &attribute, config.numAttrs = 1;
-  int device = 0;
-  err = cudaGetDevice(&device);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaGetDevice: ", cudaGetErrorString(err));
-  static std::atomic<int> clusters_of_device[kMaxCachedDevices] = {};  // 0: not asked yet
-  int clusters = device < kMaxCachedDevices ? clusters_of_device[device].load(std::memory_order_relaxed) : 0;
-  if (clusters == 0) {
-    err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config);
-    if (err != cudaSuccess) {
-      fail(FLASHATTN_CUDA_ERROR, what, ": cudaOccupancyMaxActiveClusters: ", cudaGetErrorString(err));
-    }
-    if (clusters < 1) fail(FLASHATTN_CUDA_ERROR, what, ": no cluster of ", cluster, " CTAs fits the device");
-    if (device < kMaxCachedDevices) clusters_of_device[device].store(clusters, std::memory_order_relaxed);
+  ClusterLaunch(int64_t clusters, int threads, int smem_bytes, cudaStream_t stream) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.gridDim = dim3(unsigned(clusters * kCluster)), config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
+    config.attrs = &attribute, config.numAttrs = 1;
   }
-  config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * cluster));
-  err = cudaLaunchKernelEx(&config, kKernel, args);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
+};
+
+// How many clusters of kCluster CTAs of kKernel the current device runs at once (0: none fits, as
+// on a partition of the GPU with too few SMs), asked once per device (up to kCachedDevices).
+template <auto kKernel, int kCluster>
+int active_clusters(int threads, int smem_bytes, const char* what) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices] = {};  // the count plus one; 0: not asked yet
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaGetDevice: ", cudaGetErrorString(err));
+  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) > 0) {
+    return known[device].load(std::memory_order_relaxed) - 1;
+  }
+  opt_in_shared_memory(kKernel, smem_bytes);
+  const ClusterLaunch<kCluster> launch(1, threads, smem_bytes, nullptr);
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(FLASHATTN_CUDA_ERROR, what, ": cudaOccupancyMaxActiveClusters: ", cudaGetErrorString(err));
+  }
+  if (device < kCachedDevices) known[device].store(std::max(clusters, 0) + 1, std::memory_order_relaxed);
+  return std::max(clusters, 0);
+}
+
+// Launches the persistent kernel kKernel in clusters of kCluster CTAs: as many clusters as the
+// device runs at once, at most `units` (the clusters' work units); the caller has checked that one
+// fits (active_clusters). A refused launch is a FLASHATTN_CUDA_ERROR naming `what`.
+template <auto kKernel, int kCluster, class Args>
+void launch_cluster_kernel(int64_t units, int threads, int smem_bytes, const Args& args, cudaStream_t stream,
+                           const char* what) {
+  const int clusters = active_clusters<kKernel, kCluster>(threads, smem_bytes, what);
+  opt_in_shared_memory(kKernel, smem_bytes);
+  const ClusterLaunch<kCluster> launch(std::min<int64_t>(units, clusters), threads, smem_bytes, stream);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, args);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+  }
 }
 
 // Makes exec.device current for the call and restores the caller's device afterwards.

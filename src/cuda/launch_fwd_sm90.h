@@ -58,8 +58,8 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   if (items == 0) return;
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   if constexpr (K::kCluster > 1) {
-    launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>>(
-        K::kCluster, items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+    launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, K::kCluster>(
+        items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   } else {
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
     launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, dim3(unsigned(std::min<int64_t>(items, sms))),
@@ -67,13 +67,16 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   }
 }
 
-// Where the tile table has kClusterPairs: calls without a mask, from kFwdSm90ClusterMinKeys keys,
-// whose heads have an even number of query tiles (every tile of a head has the same key tiles, and
-// a cluster takes two of them).
-template <class K>
+// Where the tile table has kClusterPairs (run_fwd_sm90: not with softcap or ALiBi): calls without
+// a mask, from kFwdSm90ClusterMinKeys keys, whose heads have an even number of query tiles (every
+// tile of a head has the same key tiles, and a cluster takes two of them), on a device that runs
+// such clusters (not every partition of a GPU does).
+template <class K, class Pairs>
 bool fwd_sm90_cluster_serves(const FwdParams& p) {
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
-  return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0;
+  return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0 &&
+         active_clusters<fwd_kernel_sm90<Pairs, false, false>, Pairs::kCluster>(Pairs::kThreads, Pairs::kSmemBytes,
+                                                                                "sm90 forward kernel") > 0;
 }
 
 // Where a head dim has a wide tile (tile_size.h), it serves the plain scores of unmasked calls
@@ -100,7 +103,7 @@ void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles>(p, stream);
   if constexpr (FwdTileSm90<kHeadDim>::kClusterPairs) {
     using Pairs = FwdSm90<kHeadDim, Element, false, 2>;
-    if (fwd_sm90_cluster_serves<K>(p)) return launch_sm90<Pairs, false, false>(p, stream);
+    if (fwd_sm90_cluster_serves<K, Pairs>(p)) return launch_sm90<Pairs, false, false>(p, stream);
   }
   if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
     if (fwd_sm90_wide_serves(p)) return launch_sm90_plain<FwdSm90<kHeadDim, Element, true>>(p, stream);

@@ -101,11 +101,12 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // first K / V tiles into L2 as soon as it takes the item, about kStages key tiles before their
 // loads; worth it where Q is largest against an item's work (64 KB at d 256: 1.02-1.05x at 512 /
 // 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12; again
-// 0.98-1.01x with the output staged, v19). kClusterPairs: calls without a mask, from
-// kFwdSm90ClusterMinKeys keys, run in clusters of two CTAs that take two query tiles of a head and
+// 0.98-1.01x with the output staged, v19). kClusterPairs: calls without a mask, softcap or
+// ALiBi, from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
+// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head and
 // load each K / V tile once for both (TMA multicast): half the K / V bytes from L2, which at the
 // power cap the long calls run under gives the SMs a higher clock (sustained d 128 8k / 16k and
-// d 256 16k: 1.015-1.023x, 30-70 MHz more at the same 700 W; sm90a v29).
+// d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
