@@ -71,10 +71,12 @@ cmake -S . -B build-gpu -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BE
 cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -40; exit 1; }
 note "build (dims $dims, dtypes $dtypes): $(( $(date +%s) - start )) s"
 
-# A hang guard: a few forward cases (one with several work items per CTA) under a short limit, so
-# that a kernel that never returns costs one minute, not every step's limit.
+# A hang guard: a few forward cases (one with several work items per CTA, one at d 256 where some
+# clusters of two CTAs take a second pair of items) under a short limit, so that a kernel that
+# never returns costs one minute, not every step's limit.
 if [ $run_tests = 1 ] || [ $run_sanitizer = 1 ] || [ $run_bench = 1 ]; then
-  timeout 60 build-gpu/tests/test_gpu_fwd --gtest_filter="*b2_sq113_sk203_h4x4_d64_bf16*:*b4_sq384_sk384*" \
+  timeout 60 build-gpu/tests/test_gpu_fwd \
+    --gtest_filter="*b2_sq113_sk203_h4x4_d64_bf16*:*b4_sq384_sk384*:*b1_sq129_sk4100_h68x4_d256_f16" \
     > "$out/smoke.log" 2>&1
   rc=$?
   note "smoke forward cases: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/smoke.log" | tr '\n' ' ') (rc $rc)"
