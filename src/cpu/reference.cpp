@@ -1,5 +1,7 @@
-// The naive CPU backend: full score rows, one (batch, query head) at a time. It defines the
-// semantics of docs/semantics.md; run with the low-precision policy it is the error baseline.
+// The naive CPU backend: full score rows, one (batch, query head) at a time, the heads spread over
+// exec.num_threads threads (each writes only its own rows, so the result does not depend on the
+// thread count). It defines the semantics of docs/semantics.md; run with the low-precision policy
+// it is the error baseline.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/parallel.h"
 #include "cpu/rotary.h"
 
 namespace flashattn::cpu {
@@ -144,8 +147,9 @@ void forward_row(const AttnProblem& p, const Head<Math>& head, const Rows<typena
 template <class Math>
 void forward(const AttnProblem& p) {
   using Acc = typename Math::Acc;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.heads_q; ++h) {
+  parallel_run(p.batch * p.heads_q, p.exec.num_threads, [&](WorkQueue& queue) {
+    for (int64_t item; queue.next(&item);) {
+      const int64_t b = item / p.heads_q, h = item % p.heads_q;
       Head<Math> head(p, b, h);
       if (head.seqlen_q == 0) continue;
       // Only keys below seqlen_k exist: unused cache slots are never read.
@@ -153,7 +157,7 @@ void forward(const AttnProblem& p) {
       Rows<Acc> v = load_kv<Acc>(p, p.v, b, p.kv_head(h), head.seqlen_k, p.d_v);
       for (int64_t i = 0; i < head.seqlen_q; ++i) forward_row(p, head, k, v, i);
     }
-  }
+  });
 }
 
 // ---- backward -------------------------------------------------------------------------------
@@ -250,9 +254,12 @@ void backward_kv_head(const AttnProblem& p, int64_t b, int64_t hk) {
 
 template <class Math>
 void backward(const AttnProblem& p) {
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t hk = 0; hk < p.heads_kv; ++hk) backward_kv_head<Math>(p, b, hk);
-  }
+  // A kv head's group of query heads is one item: its dk / dv sum runs in a fixed order.
+  parallel_run(p.batch * p.heads_kv, p.exec.num_threads, [&](WorkQueue& queue) {
+    for (int64_t item; queue.next(&item);) {
+      backward_kv_head<Math>(p, item / p.heads_kv, item % p.heads_kv);
+    }
+  });
 }
 
 }  // namespace
