@@ -177,10 +177,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   cp_async_commit();
   for (int step = 0; step < steps; ++step, place = next_place(place)) {
     const int stage = step % 2;
-    if (step + 1 < steps) load_step(next_place(place), stage ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // K, V and this step's Q, dout, statistics landed for every warp
+    if constexpr (!K::kCopiesAfterTopBarrier) {
+      if (step + 1 < steps) load_step(next_place(place), stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    // K, V and this step's Q, dout, statistics landed for every warp; with kCopiesAfterTopBarrier
+    // also every warp is done with the previous step (its stage, refilled next, and sdSt, sPt).
+    __syncthreads();
+    if constexpr (K::kCopiesAfterTopBarrier) {
+      if (step + 1 < steps) load_step(next_place(place), stage ^ 1);
+      cp_async_commit();
+    }
 
     const int h = place.h, m_start = place.m_block * K::kBlockM;
     const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
@@ -233,7 +243,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
       }
       if constexpr (!K::kDqBeforeDk) dq();
     }
-    __syncthreads();  // every warp is done with this stage (and sdSt, sPt) before the next step refills it
+    // Every warp is done with this stage (and sdSt, sPt) before the next step refills it.
+    if constexpr (!K::kCopiesAfterTopBarrier) __syncthreads();
   }
 
   cp_async_wait<0>();
