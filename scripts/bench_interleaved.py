@@ -7,8 +7,8 @@ calls is hidden as in an engine's stream), each library's time the median of its
 within a point keeps the GPU's clock drift (its temperature follows the last minutes of work) from
 favouring whichever library a grid-by-grid comparison runs first. The order rotates each round, so
 that no library always follows the same one: under the power cap a batch may start at the clock the
-previous library's batch left (our reading of why our backward ran up to 8% slower, at d 128, in the
-grid, always after cuDNN's, than in sustained runs without it; docs/performance.md). The forward of
+previous library's batch left (rotating did not bring our backward's d 128 burst figures, 1-5% under
+FA2's, to its sustained ones, 2-5% over: docs/performance.md, scripts/bench_sustained.py). The forward of
 the peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
 writes lse as well. Prints the bf16 GEMM rate and a table. Runs on the device machine only."""
 import argparse

@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
 #                        [--profile D,SEQLEN[,fwd|bwd|both[,causal]]]... [--fwd-only] [--rounds N]
-#                        [--interleaved]
+#                        [--interleaved] [--sustained fwd|bwd]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
@@ -18,6 +18,9 @@
 # cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too; the
 # decoding table, --bench-sm80 and --no-peers do not apply: run the script with --backend cuda-sm80
 # for the sm80 forward).
+# --sustained: also scripts/bench_sustained.py in that direction (ours against cuDNN's forward or
+# FA2's backward in half-second batches, at the clock the power cap allows; d 64 / 128 / 256, 8k and
+# 16k keys, both masks).
 # --profile: Nsight Compute (full set, per-instruction stall samples) at one bf16 point of the
 # standard grid (non-causal unless `causal`): our forward (the cuda backend's: sm90a on a Hopper
 # GPU) and PyTorch's FlashAttention-2 and cuDNN forward kernels, our backward and
@@ -30,6 +33,7 @@ dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
 run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile="" suites="fwd bwd" rounds=1 interleaved=0
+sustained=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
     --profile) profile="$profile $2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --interleaved) interleaved=1; shift ;;
+    --sustained) sustained="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -136,6 +141,13 @@ elif [ $run_bench = 1 ]; then
   cat "$out/bench-decode.txt"
   python3 scripts/bench_table.py --ours "$out"/bench-flashattn-*.csv --torch "$out"/bench-torch-*.csv \
     --sm80 "$out"/bench-sm80-*.csv | tee "$out/bench-table.txt"
+fi
+
+if [ -n "$sustained" ]; then
+  timeout 400 python3 scripts/bench_sustained.py --lib build-gpu/src/libflashattn.so --dir "$sustained" \
+    > "$out/sustained.txt" 2> "$out/sustained.err" || tail -5 "$out/sustained.err"
+  cat "$out/sustained.txt"
+  note "sustained $sustained: $(tail -n +3 "$out/sustained.txt" | wc -l) points"
 fi
 
 # name, kernel regex, command: the first matching launch, details and per-instruction SASS (where
