@@ -26,23 +26,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashattn_ctypes as fc  # noqa: E402
-from bench_interleaved import Ours, make_input  # noqa: E402
+from bench_interleaved import Ours, batch_ms, make_input  # noqa: E402
 from bench_torch import attention_flops  # noqa: E402
 
 PEER = {"fwd": ("cudnn", SDPBackend.CUDNN_ATTENTION), "bwd": ("fa2", SDPBackend.FLASH_ATTENTION)}
 
 
 def timed_batch(fn, calls):
-    """(start time, end time, ms per call) of `calls` back-to-back calls under one pair of events."""
+    """(start time, end time, ms per call) of a batch of back-to-back calls (batch_ms), the times
+    for matching nvidia-smi's samples."""
     torch.cuda.synchronize()
     t0 = datetime.datetime.now()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return t0, datetime.datetime.now(), start.elapsed_time(end) / calls
+    ms = batch_ms(fn, calls)
+    return t0, datetime.datetime.now(), ms
 
 
 def point_fns(lib, direction, d, seqlen, causal):

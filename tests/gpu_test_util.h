@@ -48,6 +48,24 @@ inline bool device_has_sm90_kernels() {
   return major == 9 && minor == 0;
 }
 
+// A non-blocking stream, destroyed with the test's scope (also when an assertion ends it early).
+// Assert created() before use.
+class OwnedStream {
+ public:
+  OwnedStream() : created_(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) == cudaSuccess) {}
+  ~OwnedStream() {
+    if (created_) cudaStreamDestroy(stream_);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  bool created() const { return created_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  bool created_;
+};
+
 // Captures `call` (a flashattn entry point working on `stream`) into a CUDA graph in the strictest
 // capture mode, then replays the graph once and waits for it. Use under ASSERT_NO_FATAL_FAILURE.
 template <class Call>

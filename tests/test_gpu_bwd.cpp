@@ -222,12 +222,12 @@ class GpuBackwardApi : public ::testing::Test {
 };
 
 TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  OwnedStream stream;
+  ASSERT_TRUE(stream.created());
   DeviceMirror mirror(data_);
   flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
-  p.exec.stream = stream;
+  p.exec.stream = stream.get();
   size_t bytes = 0;
   ASSERT_EQ(flashattn_bwd_workspace_size(&p, &bytes), FLASHATTN_SUCCESS) << flashattn_last_error();
   EXPECT_GT(bytes, 0u);
@@ -235,24 +235,22 @@ TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
   ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
   p.exec.workspace = workspace;
   p.exec.workspace_size = bytes;
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_bwd(&p); }));
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_bwd(&p); }));
   mirror.download();
   expect_correct_gradients();
   cudaFree(workspace);
-  cudaStreamDestroy(stream);
 }
 
 TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  OwnedStream stream;
+  ASSERT_TRUE(stream.created());
   DeviceMirror mirror(data_);
   flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
-  p.exec.stream = stream;
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_bwd(&p); }));
+  p.exec.stream = stream.get();
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_bwd(&p); }));
   mirror.download();
   expect_correct_gradients();
-  cudaStreamDestroy(stream);
 }
 
 TEST_F(GpuBackwardApi, TooSmallWorkspaceIsRejectedBeforeAnyWork) {

@@ -410,18 +410,17 @@ TEST_F(GpuForwardApi, AutoBackendPicksCudaForDevicePointers) {
 }
 
 TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  OwnedStream stream;
+  ASSERT_TRUE(stream.created());
   DeviceMirror mirror(data_);
   flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
-  p.exec.stream = stream;
+  p.exec.stream = stream.get();
   // Captured into a graph: no host synchronisation or allocation may happen inside the call.
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_fwd(&p); }));
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_fwd(&p); }));
   mirror.download();
   EXPECT_EQ(max_abs_diff(data_.out, expected_.out), 0.0);
   EXPECT_EQ(max_abs_diff(data_.lse, expected_.lse), 0.0);
-  cudaStreamDestroy(stream);
 }
 
 // On a Hopper GPU, the clusters' launch (sm90a at d 128 / 256 without a mask, from 4k keys) under
@@ -435,18 +434,17 @@ TEST(GpuForwardClusters, FirstCallUnderGraphCapture) {
   c.num_splits = 1;  // the automatic plan would split these few tiles' keys (sm80 kernels)
   SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   AttnData data = make_attn_data(c), plain = make_attn_data(c);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  OwnedStream stream;
+  ASSERT_TRUE(stream.created());
   DeviceMirror mirror(data);
   flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
   mirror.translate(&p);
-  p.exec.stream = stream;
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream, [&] { return flashattn_fwd(&p); }));
+  p.exec.stream = stream.get();
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_fwd(&p); }));
   mirror.download();
   run_fwd(plain, FLASHATTN_BACKEND_CUDA);
   EXPECT_EQ(max_abs_diff(data.out, plain.out), 0.0);
   EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0);
-  cudaStreamDestroy(stream);
 }
 
 // A dim of length 1 is never stepped over, so its stride may be anything: negative, or beyond
