@@ -31,8 +31,14 @@ FA_HD int64_t dq_accum_tiles_per_head(bool varlen_q, int64_t total_q, int64_t ba
   return varlen_q ? (total_q + kDqAccumTileRows * batch) / kDqAccumTileRows
                   : batch * ((seqlen_q + kDqAccumTileRows - 1) / kDqAccumTileRows);
 }
+// The single pass with unguarded dq atomics (tile_size.h) adds whole query steps (up to 128 rows)
+// without testing for rows past a sequence's end: their dS is exactly 0 (lse +inf, zero-filled
+// dout), so what they add to the next sequence's or head's tiles changes nothing, and past the
+// last head they land in this padding.
+constexpr int kDqAccumPadTiles = 8;
 FA_HD size_t dq_accum_bytes(int64_t heads_q, int64_t tiles_per_head, int64_t d) {
-  return size_t(heads_q) * size_t(tiles_per_head) * kDqAccumTileRows * size_t(d) * sizeof(float);
+  return (size_t(heads_q) * size_t(tiles_per_head) + kDqAccumPadTiles) * kDqAccumTileRows * size_t(d) *
+         sizeof(float);
 }
 __device__ __forceinline__ int64_t dq_accum_first_tile(const FwdParams& p, const SeqInfo& s, int b) {
   return p.cu_seqlens_q ? (s.q_start + kDqAccumTileRows * int64_t(b)) / kDqAccumTileRows
@@ -52,8 +58,8 @@ struct BwdParams : FwdParams {
   int max_stored_k;         // rows of k per sequence the dk/dv grid covers (varlen: bound)
   RowStats* stats;          // workspace: [heads_q, stats_rows_per_head]
   // The single-pass backward's dq accumulator (workspace, zeroed, f32, unscaled, tiled as above:
-  // [heads_q, dq_accum_tiles_per_head, d / 8, 128]), added to by f32 atomics; nullptr: the two
-  // deterministic passes.
+  // [heads_q, dq_accum_tiles_per_head, d / 8, 128] and kDqAccumPadTiles tiles after), added to by
+  // f32 atomics; nullptr: the two deterministic passes.
   float* dq_accum;
   int64_t stats_rows_per_head;      // dense: batch * seqlen_q; varlen: total_q
   int64_t dq_accum_tiles_per_head;  // dq_accum_tiles_per_head() of the call

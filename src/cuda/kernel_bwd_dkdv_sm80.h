@@ -43,16 +43,22 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 // multiplies kDqWarpMTiles m16 tiles of queries by its share of this CTA's K columns and adds the
 // product to the tiled dq accumulator (dq_tiles: this step's first 16-row tile, bwd_params.h), one
 // 16-byte atomic per n8 tile where the device has it, coalesced over the warp. Query rows past the
-// sequence's end (rows: the step's rows that exist) add their dS, which is 0, to the padding of
-// its last tile; tiles past that one are skipped.
+// sequence's end (rows: the step's rows that exist) add their dS, which is 0: guarded, to the
+// padding of its last tile, tiles past that one skipped; with kUnguardedDqAtomics, without a
+// branch, past its tiles (the accumulator's kDqAccumPadTiles), and n8 tiles past d (a head dim
+// served by a larger instantiation) predicated off, so that the atomics can interleave with the
+// dK product that follows.
 template <class K>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,
                                        int lane) {
   constexpr int kM = K::kDqWarpMTiles;
+  static_assert(!K::kUnguardedDqAtomics || K::kBlockM / kDqAccumTileRows - 1 <= kDqAccumPadTiles,
+                "a step's rows past the last sequence's tiles stay inside the accumulator's padding");
   const int warp = threadIdx.x / 32;
   const int q_tile0 = (warp % K::kDqMWarps) * kM;
-  if (warp / K::kDqMWarps >= K::kDqWarpsN || q_tile0 * kDqAccumTileRows >= rows) return;
+  if (warp / K::kDqMWarps >= K::kDqWarpsN) return;  // a compile-time false where every warp takes part
+  if (!K::kUnguardedDqAtomics && q_tile0 * kDqAccumTileRows >= rows) return;
   const int c0 = col0 + (warp / K::kDqMWarps) * K::kDqDTiles * 8;
   float acc[kM][K::kDqDTiles][4];
 #pragma unroll
@@ -61,21 +67,29 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
     for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
   gemm_smem<true, typename K::Element, kM, K::kBlockN, K::kDqDTiles, K::kDsStride, typename K::Rows>(
       sdSt + q_tile0 * 16, sK, c0, acc, lane);
-  // One address computation, then constant offsets; the test for n8 tiles past d (a head dim
-  // served by a larger instantiation) stays off the common path.
+  // One address computation, then constant offsets.
   float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
   const int tiles = (p.d - c0) / 8;
+  if constexpr (K::kUnguardedDqAtomics) {
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-    if (mt > 0 && (q_tile0 + mt) * kDqAccumTileRows >= rows) break;
-    float* tile_dst = dst + mt * (p.d / 8) * kDqAccumTileFloats;
-    if (tiles >= K::kDqDTiles) {
-#pragma unroll
-      for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
-    } else {
+    for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int dt = 0; dt < K::kDqDTiles; ++dt)
-        if (dt < tiles) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+        if (dt < tiles) atomic_add_f32x4(dst + (mt * (p.d / 8) + dt) * kDqAccumTileFloats, acc[mt][dt]);
+  } else {
+    // The test for n8 tiles past d stays off the common path.
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      if (mt > 0 && (q_tile0 + mt) * kDqAccumTileRows >= rows) break;
+      float* tile_dst = dst + mt * (p.d / 8) * kDqAccumTileFloats;
+      if (tiles >= K::kDqDTiles) {
+#pragma unroll
+        for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+      } else {
+#pragma unroll
+        for (int dt = 0; dt < K::kDqDTiles; ++dt)
+          if (dt < tiles) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+      }
     }
   }
 }

@@ -85,6 +85,7 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
   static constexpr int kDqWarpMTiles = kShape.dq_warp_m_tiles;
   static constexpr bool kDqBeforeDk = kShape.dq_before_dk && kColSplit > 1;
   static constexpr bool kCopiesAfterTopBarrier = kShape.copies_after_top_barrier;
+  static constexpr bool kUnguardedDqAtomics = kShape.unguarded_dq_atomics;
   static constexpr int kDqMWarps = kBlockM / 16 / kDqWarpMTiles;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMWarps;

@@ -225,12 +225,13 @@ struct BwdDqTileSm80 {
 // rows per warp. dq_before_dk: with split columns, dq's product and atomics between the dV and dK
 // products (the atomics drain under dK) rather than after both. copies_after_top_barrier: the
 // next step's copies go out after the step's top barrier, which then also stands for the barrier
-// that ended the previous step (one barrier per step fewer). Measured on an H100,
-// docs/performance.md (backward v1-v7, v10, v16).
+// that ended the previous step (one barrier per step fewer). unguarded_dq_atomics: the single
+// pass's dq atomics without a branch on the sequence's end (add_dq, kernel_bwd_dkdv_sm80.h).
+// Measured on an H100, docs/performance.md (backward v1-v7, v10, v16, v17).
 enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
 struct BwdDkvShape {
   int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles;
-  bool dq_before_dk, copies_after_top_barrier;
+  bool dq_before_dk, copies_after_top_barrier, unguarded_dq_atomics;
 };
 template <int kHeadDim>
 constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
@@ -239,7 +240,7 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // Deterministic, after the dq pass: 4 warps of 16 keys, P^T and dS^T in registers. Above
       // d 128 full-width dk and dv alone would need 256 registers, so two CTAs split the columns.
       // Query steps of 32 above d 64: with 64, S^T and dP^T spill at d 128.
-      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1, false, false};
+      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1, false, false, false};
     case BwdDkvSchedule::kSinglePass:
       // dq by atomics. 8 warps: the atomics scale with the queries and columns per key tile
       // (4-warp 64-key tiles measured 0.8x the two passes); columns split over warps rather than
@@ -258,13 +259,16 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // d 128: 1.014-1.023x at d 256; at d 128 it spills 24 bytes more (0.96-0.98x), at d 64 no
       // gain (0.995-1.009x). The copies after the top barrier at d 128 only: 1.004-1.014x there,
       // 0.973-0.986x at d 64, 1.00x at d 256 (its score-modifier instantiation follows, not timed).
+      // Unguarded dq atomics above d 128: 1.010-1.019x at d 256 (the atomics interleave with dK,
+      // as FA2's do), 0.986-0.988x at d 64, 0.994-1.001x at d 128; d 160-224 and the
+      // score-modifier instantiations follow d 256, not timed.
       return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1,
-              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim > 128, kHeadDim == 128};
+              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim > 128, kHeadDim == 128, kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
       // d 64 and 128: 166 and 165 KB) but holds this (83 and 147 KB; bwd_has_compact_tile): v6's
       // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
-      return {8, 1, 1, 64, 1, 1, false, false};
+      return {8, 1, 1, 64, 1, 1, false, false, false};
   }
   return {};
 }
