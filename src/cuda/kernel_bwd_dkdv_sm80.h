@@ -60,35 +60,42 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   if (warp / K::kDqMWarps >= K::kDqWarpsN) return;  // a compile-time false where every warp takes part
   if (!K::kUnguardedDqAtomics && q_tile0 * kDqAccumTileRows >= rows) return;
   const int c0 = col0 + (warp / K::kDqMWarps) * K::kDqDTiles * 8;
-  float acc[kM][K::kDqDTiles][4];
+  // The warp's columns in kDqColumnRounds rounds: fewer accumulators live at once, and one
+  // round's atomics drain under the next round's products.
+  constexpr int kDT = K::kDqDTiles / K::kDqColumnRounds;
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < K::kDqDTiles; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
-  gemm_smem<true, typename K::Element, kM, K::kBlockN, K::kDqDTiles, K::kDsStride, typename K::Rows>(
-      sdSt + q_tile0 * 16, sK, c0, acc, lane);
-  // One address computation, then constant offsets.
-  float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + c0 / 8) * kDqAccumTileFloats + lane * 4);
-  const int tiles = (p.d - c0) / 8;
-  if constexpr (K::kUnguardedDqAtomics) {
+  for (int round = 0; round < K::kDqColumnRounds; ++round) {
+    const int cr = c0 + round * kDT * 8;  // the round's first column
+    float acc[kM][kDT][4];
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-      for (int dt = 0; dt < K::kDqDTiles; ++dt)
-        if (dt < tiles) atomic_add_f32x4(dst + (mt * (p.d / 8) + dt) * kDqAccumTileFloats, acc[mt][dt]);
-  } else {
-    // The test for n8 tiles past d stays off the common path.
+      for (int dt = 0; dt < kDT; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
+    gemm_smem<true, typename K::Element, kM, K::kBlockN, kDT, K::kDsStride, typename K::Rows>(
+        sdSt + q_tile0 * 16, sK, cr, acc, lane);
+    // One address computation, then constant offsets.
+    float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + cr / 8) * kDqAccumTileFloats + lane * 4);
+    const int tiles = (p.d - cr) / 8;
+    if constexpr (K::kUnguardedDqAtomics) {
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
-      if (mt > 0 && (q_tile0 + mt) * kDqAccumTileRows >= rows) break;
-      float* tile_dst = dst + mt * (p.d / 8) * kDqAccumTileFloats;
-      if (tiles >= K::kDqDTiles) {
+      for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-        for (int dt = 0; dt < K::kDqDTiles; ++dt) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
-      } else {
+        for (int dt = 0; dt < kDT; ++dt)
+          if (dt < tiles) atomic_add_f32x4(dst + (mt * (p.d / 8) + dt) * kDqAccumTileFloats, acc[mt][dt]);
+    } else {
+      // The test for n8 tiles past d stays off the common path.
 #pragma unroll
-        for (int dt = 0; dt < K::kDqDTiles; ++dt)
-          if (dt < tiles) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+      for (int mt = 0; mt < kM; ++mt) {
+        if (mt > 0 && (q_tile0 + mt) * kDqAccumTileRows >= rows) break;
+        float* tile_dst = dst + mt * (p.d / 8) * kDqAccumTileFloats;
+        if (tiles >= kDT) {
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+        } else {
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt)
+            if (dt < tiles) atomic_add_f32x4(tile_dst + dt * kDqAccumTileFloats, acc[mt][dt]);
+        }
       }
     }
   }

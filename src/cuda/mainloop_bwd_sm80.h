@@ -86,6 +86,7 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
   static constexpr bool kDqBeforeDk = kShape.dq_before_dk && kColSplit > 1;
   static constexpr bool kCopiesAfterTopBarrier = kShape.copies_after_top_barrier;
   static constexpr bool kUnguardedDqAtomics = kShape.unguarded_dq_atomics;
+  static constexpr int kDqColumnRounds = kShape.dq_column_rounds;
   static constexpr int kDqMWarps = kBlockM / 16 / kDqWarpMTiles;
   static constexpr int kDqWarpsN = [] {
     int n = Base::kWarps / kDqMWarps;
@@ -93,6 +94,7 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
     return n;
   }();
   static constexpr int kDqDTiles = kCtaCols / 8 / kDqWarpsN;
+  static_assert(kDqDTiles % kDqColumnRounds == 0, "dq's rounds split a warp's n8 tiles evenly");
   static constexpr int kSmemBytes = (2 * kBlockN + 4 * kBlockM) * kTileBytes +
                                     2 * kBlockM * int(sizeof(float) * 2) +
                                     kStagedTiles * kBlockN * kDsStride * int(sizeof(Element));

@@ -227,10 +227,11 @@ struct BwdDqTileSm80 {
 // next step's copies go out after the step's top barrier, which then also stands for the barrier
 // that ended the previous step (one barrier per step fewer). unguarded_dq_atomics: the single
 // pass's dq atomics without a branch on the sequence's end (add_dq, kernel_bwd_dkdv_sm80.h).
-// Measured on an H100, docs/performance.md (backward v1-v7, v10, v16, v17).
+// dq_column_rounds: a dq warp's columns in that many rounds of product and atomics. Measured on
+// an H100, docs/performance.md (backward v1-v7, v10, v16-v18).
 enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
 struct BwdDkvShape {
-  int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles;
+  int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles, dq_column_rounds;
   bool dq_before_dk, copies_after_top_barrier, unguarded_dq_atomics;
 };
 template <int kHeadDim>
@@ -240,7 +241,7 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // Deterministic, after the dq pass: 4 warps of 16 keys, P^T and dS^T in registers. Above
       // d 128 full-width dk and dv alone would need 256 registers, so two CTAs split the columns.
       // Query steps of 32 above d 64: with 64, S^T and dP^T spill at d 128.
-      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1, false, false, false};
+      return {4, 1, 1, kHeadDim <= 64 ? 64 : 32, kHeadDim <= 128 ? 1 : 2, 1, 1, false, false, false};
     case BwdDkvSchedule::kSinglePass:
       // dq by atomics. 8 warps: the atomics scale with the queries and columns per key tile
       // (4-warp 64-key tiles measured 0.8x the two passes); columns split over warps rather than
@@ -261,14 +262,18 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // 0.973-0.986x at d 64, 1.00x at d 256 (its score-modifier instantiation follows, not timed).
       // Unguarded dq atomics above d 128: 1.010-1.019x at d 256 (the atomics interleave with dK,
       // as FA2's do), 0.986-0.988x at d 64, 0.994-1.001x at d 128; d 160-224 and the
-      // score-modifier instantiations follow d 256, not timed.
+      // score-modifier instantiations follow d 256, not timed. dq's 8 n8 tiles per warp at d 256
+      // in two rounds of 4: 1.004-1.015x there (one round's atomics drain under the next one's
+      // products), 0.968-0.980x at d 128 in two rounds of 2, 0.993-1.004x at d 64; d 160 / 192 /
+      // 224 have 5 / 6 / 7 tiles per warp.
       return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1,
-              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim > 128, kHeadDim == 128, kHeadDim > 128};
+              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim == 256 ? 2 : 1, kHeadDim > 128, kHeadDim == 128,
+              kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
       // d 64 and 128: 166 and 165 KB) but holds this (83 and 147 KB; bwd_has_compact_tile): v6's
       // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
-      return {8, 1, 1, 64, 1, 1, false, false, false};
+      return {8, 1, 1, 64, 1, 1, 1, false, false, false};
   }
   return {};
 }
