@@ -5,7 +5,7 @@
 # the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the patches are files of
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
-#                     [--tests FILTER] [--archs "90a"] [--backend cuda] PATCH...
+#                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
@@ -13,11 +13,15 @@
 # correctness.
 # --archs: the CUDA archs built (default 90a: the device is a Hopper GPU, where the sm80 kernels run
 # from the sm_90a code too, and one arch halves each variant's build).
-# Writes each run's CSV (bench-<variant>-<round>.csv) to $OUT.
+# --deadline: start a benchmark round only if, at the pace of the previous one, it ends within S
+# seconds of the script's start (the table then covers the rounds that ran; give S somewhat under
+# the call's time limit).
+# Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
+# brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -27,6 +31,7 @@ while [ $# -gt 0 ]; do
     --bwd) dir=bwd; shift ;;
     --archs) archs="$2"; shift 2 ;;
     --backend) backend="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -34,6 +39,7 @@ done
 [ $# -ge 1 ] || { echo "gpu-ab: give at least one patch" >&2; exit 2; }
 out=${OUT:-/tmp/gpu-ab-out}
 mkdir -p "$out"
+csvs=/tmp/gpu-ab-csv
 t0=$(date +%s)
 log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -64,11 +70,23 @@ for i in "${!names[@]}"; do
     -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
     -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
     { tail -20 "$work/$v.configure.log"; exit 1; }
-  cmake --build "$tree/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 || { grep -E "error" "$work/$v.build.log" | head -20; exit 1; }
+done
+# The variants build side by side: one variant has only a few large translation units (one per
+# head dim and direction), which leave most cores idle if the builds run one after another.
+pids=()
+for v in "${names[@]}"; do
+  cmake --build "$work/$v/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 &
+  pids+=($!)
+done
+for i in "${!names[@]}"; do
+  wait "${pids[$i]}" || { grep -E "error" "$work/${names[$i]}.build.log" | head -20; exit 1; }
+done
+for i in "${!names[@]}"; do
+  v=${names[$i]} tree=$work/${names[$i]}
   # The compiler's report on the kernels under test: the sm90a forward, or the backward's (sm_90a code).
   kernels=fwd_kernel_sm90; [ $dir = bwd ] && kernels=bwd_
   log "built $v${patches[$i]:+ (${patches[$i]##*/})}; $("$root/scripts/ptxas-report.sh" "$work/$v.build.log" $kernels)"
-  if [ "$with_tests" = ON ]; then
+  if [ -f "$tree/build/tests/test_gpu_$dir" ]; then
     timeout 300 "$tree/build/tests/test_gpu_$dir" --gtest_filter="$tests" > "$work/$v.tests.log" 2>&1
     rc=$?
     grep -E "^\[  FAILED" "$work/$v.tests.log" | head -20
@@ -81,28 +99,39 @@ bench_flags=(--backend "$backend" --csv --dims "$dims")
 # Interleaved by seqlen, the variants' order rotated each round: the GPU's clock drifts over a
 # whole grid's run (d 64 without a mask moved 4% between two runs of the same kernel), and a
 # variant timed after another would carry the drift as a difference.
-rm -f "$out"/bench-*.csv
+rm -rf "$csvs"; mkdir -p "$csvs"
 [ -n "$seqlens" ] || seqlens="512,1024,2048,4096,8192,16384"
+round_s=0
 for r in $(seq 1 "$rounds"); do
+  if [ "$deadline" -gt 0 ] && [ $(( $(date +%s) - t0 + round_s )) -gt "$deadline" ]; then
+    log "round $r skipped: it would end past the deadline of $deadline s"
+    break
+  fi
+  round_t0=$(date +%s)
   order=("${names[@]:$(( (r - 1) % ${#names[@]} ))}" "${names[@]:0:$(( (r - 1) % ${#names[@]} ))}")
   for s in ${seqlens//,/ }; do
     for v in "${order[@]}"; do
-      csv="$out/bench-$v-$r.csv"
+      csv="$csvs/bench-$v-$r.csv"
       timeout 200 "$work/$v/build/tools/flashattn/flashattn" bench "${bench_flags[@]}" --seqlens "$s" > "$work/point.csv" \
         2> "$work/$v-$r.err" || tail -3 "$work/$v-$r.err"
       if [ -f "$csv" ]; then tail -n +2 "$work/point.csv" >> "$csv"; else cp "$work/point.csv" "$csv"; fi
     done
   done
+  round_s=$(( $(date +%s) - round_t0 ))
   log "bench round $r (order ${order[*]})"
+  tar czf "$out/bench-csv.tar.gz" -C "$csvs" .
 done
 
-python3 - "$out" "$rounds" "$dir" "${names[@]}" <<'PY'
-import collections, csv, sys
-out, rounds, direction, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+python3 - "$csvs" "$rounds" "$dir" "${names[@]}" <<'PY'
+import collections, csv, os, sys
+csvs, rounds, direction, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for v in names:
     for r in range(1, rounds + 1):
-        for row in csv.DictReader(open(f'{out}/bench-{v}-{r}.csv')):
+        path = f'{csvs}/bench-{v}-{r}.csv'
+        if not os.path.exists(path):  # a round skipped by --deadline
+            continue
+        for row in csv.DictReader(open(path)):
             runs[(int(row['d']), int(row['causal']), int(row['seqlen']))][v].append(float(row[direction + '_tflops']))
 print('| d | seqlen | causal | ' + ' | '.join(f'{v} (runs)' for v in names) + ' | ' +
       ' | '.join(f'{v} / A' for v in names[1:]) + ' |')
