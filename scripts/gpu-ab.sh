@@ -72,14 +72,20 @@ for i in "${!names[@]}"; do
     { tail -20 "$work/$v.configure.log"; exit 1; }
 done
 # The variants build side by side: one variant has only a few large translation units (one per
-# head dim and direction), which leave most cores idle if the builds run one after another.
+# head dim and direction), which leave most cores idle if the builds run one after another. The
+# cores are shared out, so that the compilers' memory stays that of one full build.
+jobs=$(( $(nproc) / ${#names[@]} )); [ "$jobs" -ge 1 ] || jobs=1
 pids=()
 for v in "${names[@]}"; do
-  cmake --build "$work/$v/build" -j "$(nproc)" > "$work/$v.build.log" 2>&1 &
+  cmake --build "$work/$v/build" -j "$jobs" > "$work/$v.build.log" 2>&1 &
   pids+=($!)
 done
 for i in "${!names[@]}"; do
-  wait "${pids[$i]}" || { grep -E "error" "$work/${names[$i]}.build.log" | head -20; exit 1; }
+  if ! wait "${pids[$i]}"; then
+    grep -E "error" "$work/${names[$i]}.build.log" | head -20
+    kill "${pids[@]}" 2>/dev/null
+    exit 1
+  fi
 done
 for i in "${!names[@]}"; do
   v=${names[$i]} tree=$work/${names[$i]}
@@ -99,12 +105,12 @@ bench_flags=(--backend "$backend" --csv --dims "$dims")
 # Interleaved by seqlen, the variants' order rotated each round: the GPU's clock drifts over a
 # whole grid's run (d 64 without a mask moved 4% between two runs of the same kernel), and a
 # variant timed after another would carry the drift as a difference.
-rm -rf "$csvs"; mkdir -p "$csvs"
+rm -rf "$csvs" "$out/bench-csv.tar.gz"; mkdir -p "$csvs"
 [ -n "$seqlens" ] || seqlens="512,1024,2048,4096,8192,16384"
 round_s=0
 for r in $(seq 1 "$rounds"); do
   if [ "$deadline" -gt 0 ] && [ $(( $(date +%s) - t0 + round_s )) -gt "$deadline" ]; then
-    log "round $r skipped: it would end past the deadline of $deadline s"
+    log "rounds $r-$rounds skipped: round $r would end past the deadline of $deadline s"
     break
   fi
   round_t0=$(date +%s)
@@ -119,7 +125,8 @@ for r in $(seq 1 "$rounds"); do
   done
   round_s=$(( $(date +%s) - round_t0 ))
   log "bench round $r (order ${order[*]})"
-  tar czf "$out/bench-csv.tar.gz" -C "$csvs" .
+  # Replaced whole, so that a call stopped during tar keeps the previous rounds' tarball.
+  tar czf "$out/bench-csv.tar.gz.tmp" -C "$csvs" . && mv "$out/bench-csv.tar.gz.tmp" "$out/bench-csv.tar.gz"
 done
 
 python3 - "$csvs" "$rounds" "$dir" "${names[@]}" <<'PY'

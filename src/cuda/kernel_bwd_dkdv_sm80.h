@@ -44,10 +44,10 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 // product to the tiled dq accumulator (dq_tiles: this step's first 16-row tile, bwd_params.h), one
 // 16-byte atomic per n8 tile where the device has it, coalesced over the warp. Query rows past the
 // sequence's end (rows: the step's rows that exist) add their dS, which is 0: guarded, to the
-// padding of its last tile, tiles past that one skipped; with kUnguardedDqAtomics, without a
-// branch, past its tiles (the accumulator's kDqAccumPadTiles), and n8 tiles past d (a head dim
-// served by a larger instantiation) predicated off, so that the atomics can interleave with the
-// dK product that follows.
+// padding of its last tile, tiles past that one skipped; with kUnguardedDqAtomics, without a test
+// on the rows, into the tiles that follow (the next sequence's or head's, past the last head the
+// accumulator's kDqAccumPadTiles). n8 tiles past d (a head dim served by a larger instantiation)
+// are skipped either way.
 template <class K>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,

@@ -260,12 +260,12 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // d 128: 1.014-1.023x at d 256; at d 128 it spills 24 bytes more (0.96-0.98x), at d 64 no
       // gain (0.995-1.009x). The copies after the top barrier at d 128 only: 1.004-1.014x there,
       // 0.973-0.986x at d 64, 1.00x at d 256 (its score-modifier instantiation follows, not timed).
-      // Unguarded dq atomics above d 128: 1.010-1.019x at d 256 (the atomics interleave with dK,
-      // as FA2's do), 0.986-0.988x at d 64, 0.994-1.001x at d 128; d 160-224 and the
+      // Unguarded dq atomics above d 128: 1.010-1.019x at d 256 (half the atomics' code; why it
+      // gains is not established), 0.986-0.988x at d 64, 0.994-1.001x at d 128; d 160-224 and the
       // score-modifier instantiations follow d 256, not timed. dq's 8 n8 tiles per warp at d 256
-      // in two rounds of 4: 1.004-1.015x there (one round's atomics drain under the next one's
-      // products), 0.968-0.980x at d 128 in two rounds of 2, 0.993-1.004x at d 64; d 160 / 192 /
-      // 224 have 5 / 6 / 7 tiles per warp.
+      // in two rounds of 4: 1.004-1.015x there, 0.968-0.980x at d 128 in two rounds of 2,
+      // 0.993-1.004x at d 64; d 160 / 224 have 5 / 7 tiles per warp, d 192 6 (two rounds of 3
+      // not timed).
       return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1,
               kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim == 256 ? 2 : 1, kHeadDim > 128, kHeadDim == 128,
               kHeadDim > 128};
