@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attn_case.h"
+#include "device_mirror.h"
 
 namespace flashattn::testing {
 
@@ -80,6 +81,20 @@ void run_captured(cudaStream_t stream, Call call) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// Runs entry(&p) (flashattn_fwd or flashattn_bwd; p from data, on host pointers) on data's tensors
+// mirrored to the device, on a fresh non-blocking stream, captured and replayed as run_captured
+// does; data then holds the results. Use under ASSERT_NO_FATAL_FAILURE.
+template <class Params, class Entry>
+void run_captured_on_device(AttnData& data, Params p, Entry entry) {
+  OwnedStream stream;
+  ASSERT_TRUE(stream.created());
+  DeviceMirror mirror(data);
+  mirror.translate(&p);
+  p.exec.stream = stream.get();
+  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return entry(&p); }));
+  mirror.download();
 }
 
 inline void expect_pass(const std::vector<Check>& checks, const AttnCase& c) {

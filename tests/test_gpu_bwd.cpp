@@ -247,14 +247,8 @@ TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
 }
 
 TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
-  OwnedStream stream;
-  ASSERT_TRUE(stream.created());
-  DeviceMirror mirror(data_);
-  flashattn_bwd_params p = data_.bwd_params(FLASHATTN_BACKEND_CUDA);
-  mirror.translate(&p);
-  p.exec.stream = stream.get();
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_bwd(&p); }));
-  mirror.download();
+  ASSERT_NO_FATAL_FAILURE(
+      run_captured_on_device(data_, data_.bwd_params(FLASHATTN_BACKEND_CUDA), flashattn_bwd));
   expect_correct_gradients();
 }
 

@@ -410,15 +410,9 @@ TEST_F(GpuForwardApi, AutoBackendPicksCudaForDevicePointers) {
 }
 
 TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
-  OwnedStream stream;
-  ASSERT_TRUE(stream.created());
-  DeviceMirror mirror(data_);
-  flashattn_fwd_params p = data_.fwd_params(FLASHATTN_BACKEND_CUDA);
-  mirror.translate(&p);
-  p.exec.stream = stream.get();
   // Captured into a graph: no host synchronisation or allocation may happen inside the call.
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_fwd(&p); }));
-  mirror.download();
+  ASSERT_NO_FATAL_FAILURE(
+      run_captured_on_device(data_, data_.fwd_params(FLASHATTN_BACKEND_CUDA), flashattn_fwd));
   EXPECT_EQ(max_abs_diff(data_.out, expected_.out), 0.0);
   EXPECT_EQ(max_abs_diff(data_.lse, expected_.lse), 0.0);
 }
@@ -434,14 +428,8 @@ TEST(GpuForwardClusters, FirstCallUnderGraphCapture) {
   c.num_splits = 1;  // the automatic plan would split these few tiles' keys (sm80 kernels)
   SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
   AttnData data = make_attn_data(c), plain = make_attn_data(c);
-  OwnedStream stream;
-  ASSERT_TRUE(stream.created());
-  DeviceMirror mirror(data);
-  flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
-  mirror.translate(&p);
-  p.exec.stream = stream.get();
-  ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_fwd(&p); }));
-  mirror.download();
+  ASSERT_NO_FATAL_FAILURE(
+      run_captured_on_device(data, data.fwd_params(FLASHATTN_BACKEND_CUDA), flashattn_fwd));
   run_fwd(plain, FLASHATTN_BACKEND_CUDA);
   EXPECT_EQ(max_abs_diff(data.out, plain.out), 0.0);
   EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0);
