@@ -47,7 +47,7 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 // padding of its last tile, tiles past that one skipped; with kUnguardedDqAtomics, without a test
 // on the rows, into the tiles that follow (the next sequence's or head's, past the last head the
 // accumulator's kDqAccumPadTiles). n8 tiles past d (a head dim served by a larger instantiation)
-// are skipped either way.
+// are skipped, or with kUnguardedDqAtomics added to the padding.
 template <class K>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,
@@ -63,6 +63,8 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   // The warp's columns in kDqColumnRounds rounds: fewer accumulators live at once, and one
   // round's atomics drain under the next round's products.
   constexpr int kDT = K::kDqDTiles / K::kDqColumnRounds;
+  static_assert(!K::kUnguardedDqAtomics || (kM <= kDqAccumPadTiles && kDT * 8 <= K::kHeadDim / 2),
+                "a warp's n8 tiles past d land in the padding (every d served is above half the instantiation's)");
 #pragma unroll
   for (int round = 0; round < K::kDqColumnRounds; ++round) {
     const int cr = c0 + round * kDT * 8;  // the round's first column
@@ -77,11 +79,17 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
     float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + cr / 8) * kDqAccumTileFloats + lane * 4);
     const int tiles = (p.d - cr) / 8;
     if constexpr (K::kUnguardedDqAtomics) {
+      // n8 tiles past d go to the accumulator's padding, which nothing reads: a select, not a
+      // branch, so that the compiler may schedule the atomics among the products that follow.
+      // The padding row varies with the CTA, so that the CTAs do not all add to one address.
+      float* sink = p.dq_accum + ((int64_t(p.heads_q) * p.dq_accum_tiles_per_head +
+                                   blockIdx.x % (kDqAccumPadTiles - kM + 1)) * (p.d / 8) * kDqAccumTileFloats +
+                                  lane * 4);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt)
-          if (dt < tiles) atomic_add_f32x4(dst + (mt * (p.d / 8) + dt) * kDqAccumTileFloats, acc[mt][dt]);
+          atomic_add_f32x4((dt < tiles ? dst : sink) + (mt * (p.d / 8) + dt) * kDqAccumTileFloats, acc[mt][dt]);
     } else {
       // The test for n8 tiles past d stays off the common path.
 #pragma unroll
