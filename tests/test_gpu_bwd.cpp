@@ -80,6 +80,16 @@ std::vector<AttnCase> backward_cases() {
   c = shape(150, 170, 256);
   c.batch = 4, c.varlen = true, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
+  // 23 key blocks x 12 (kv head, sequence) pairs = 2 waves and 12 CTAs on an H100 / H200 (132
+  // SMs): the single pass's last key block runs as half tiles in the tail launch, beside the main
+  // one (blocks of 128 keys up to d 128, 64 above; the last one partial).
+  for (int64_t d : {64, 128, 256}) {
+    c = shape(70, d <= 128 ? 2900 : 1450, d);
+    c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
+    cases.push_back(c);
+  }
+  c.d = 64, c.seqlen_k = 2900, c.softcap = 3.f, c.alibi = true, c.dropout_p = 0.2f;  // the tail's score-modifier kernel
+  cases.push_back(c);
   c = shape(211, 211, 64);
   c.dropout_p = 0.17f;
   cases.push_back(c);
@@ -251,6 +261,25 @@ TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
   ASSERT_NO_FATAL_FAILURE(
       run_captured_on_device(data_, data_.bwd_params(FLASHATTN_BACKEND_CUDA), flashattn_bwd));
   expect_correct_gradients();
+}
+
+// A captured call whose single pass hands its last key block to the tail launch (the shape of
+// backward_cases()'s tail case, on 132 SMs): the programmatic dependency becomes a graph edge,
+// and the dq conversion after it still sees both launches' atomics.
+TEST(GpuBackwardTail, UnderGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  AttnCase c = shape(70, 2900, 64);
+  c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
+  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
+  AttnData data = make_attn_data(c);
+  run_fwd(data, FLASHATTN_BACKEND_CUDA);
+  data.prepare_backward();
+  AttnData inputs = data, eager = data;
+  run_bwd(eager, FLASHATTN_BACKEND_CUDA);
+  ASSERT_NO_FATAL_FAILURE(run_captured_on_device(data, data.bwd_params(FLASHATTN_BACKEND_CUDA), flashattn_bwd));
+  expect_pass(check_bwd_result(inputs, data), c);
+  EXPECT_EQ(max_abs_diff(data.dk, eager.dk), 0.0);
+  EXPECT_EQ(max_abs_diff(data.dv, eager.dv), 0.0);
 }
 
 TEST_F(GpuBackwardApi, TooSmallWorkspaceIsRejectedBeforeAnyWork) {

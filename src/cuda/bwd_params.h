@@ -56,6 +56,7 @@ struct BwdParams : FwdParams {
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
   int heads_kv;
   int max_stored_k;         // rows of k per sequence the dk/dv grid covers (varlen: bound)
+  int dkv_first_key;        // the dk/dv grid's first key (the tail launch: past the main one's tiles)
   RowStats* stats;          // workspace: [heads_q, stats_rows_per_head]
   // The single-pass backward's dq accumulator (workspace, zeroed, f32, unscaled, tiled as above:
   // [heads_q, dq_accum_tiles_per_head, d / 8, 128] and kDqAccumPadTiles tiles after), added to by

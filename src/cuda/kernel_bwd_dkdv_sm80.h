@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "core/score_mod.h"
@@ -125,12 +126,25 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   auto stage_q = [&](int stage) { return sQdO + (2 * stage) * K::kBlockM * K::kSmemStride; };
   auto stage_do = [&](int stage) { return sQdO + (2 * stage + 1) * K::kBlockM * K::kSmemStride; };
 
+  // The tail launch runs beside the main one (programmatic dependent launch) and finishes only
+  // after it, so that the dq conversion that follows on the stream sees both launches' atomics:
+  // its last CTA waits for the main launch before it exits (the others leave their SMs at once).
+  struct WaitForMainLaunch {
+    __device__ ~WaitForMainLaunch() {
+      if (blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1) {
+        wait_for_prerequisite_grid();
+      }
+    }
+  };
+  struct Nothing {};
+  [[maybe_unused]] std::conditional_t<K::kTail, WaitForMainLaunch, Nothing> wait_at_exit;
+  if constexpr (K::kSinglePass && !K::kTail) launch_dependents();
   const int n_block = blockIdx.x / K::kOutSplit, col0 = (blockIdx.x % K::kOutSplit) * K::kCtaCols;
   const int hk = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SeqInfo seq = seq_info(p, b);
   const int stored = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : seq.seqlen_k;
-  const int n_start = n_block * K::kBlockN;
+  const int n_start = (K::kTail ? p.dkv_first_key : 0) + n_block * K::kBlockN;  // the main launch reads no first key
   if (n_start >= stored) return;
   const int stored_rows = min(K::kBlockN, stored - n_start);
   const int keys = max(0, min(stored_rows, seq.seqlen_k - n_start));  // rows past seqused_k: 0

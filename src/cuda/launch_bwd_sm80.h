@@ -2,13 +2,15 @@
 // the single dk/dv pass that adds dq by atomics (cleared accumulator before, dq conversion after)
 // when the workspace has a dq accumulator and the device's shared memory per block holds its tile,
 // or else its compact tile (up to d 128: an A100's 163 KB holds the single pass up to d 160, an
-// RTX 30/40's 99 KB up to d 64, tile_size.h); otherwise the dq pass then the dk/dv pass. launch_bwd.cu
+// RTX 30/40's 99 KB up to d 64, tile_size.h); otherwise the dq pass then the dk/dv pass. The single
+// pass may hand its last key blocks to a tail launch of half tiles (single_pass_tail_blocks). launch_bwd.cu
 // runs the row-statistics kernel before (both schedules read its output). The generated
 // instantiation files include this header and instantiate run_bwd_sm80 once each.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/bwd_rows_sm80.h"
@@ -25,6 +27,34 @@ void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, co
   launch_tiled_kernel(kernel, grid, threads, smem_bytes, p, stream, what);
 }
 
+// How many of the single pass's key blocks per (kv head, sequence), at the end of the keys, run in
+// the tail launch as tiles of half the keys, beside the main launch's last wave. Only where every
+// CTA has the same work (no mask, window or varlen) and the tail kernel can overlap (its code is
+// sm_90's). A model in waves of full tiles (one CTA per SM: the tile's shared memory): the main
+// launch's last wave leaves `free` SMs, each of which runs two half tiles meanwhile; what is left
+// runs in rounds of half a wave. The count that ends soonest, if that saves at least a quarter
+// wave against the plain launch; 0: no tail launch. (Halves cannot help where more than half a
+// wave is left over: after the whole waves, the leftover halves need two rounds anyway.)
+inline int single_pass_tail_blocks(const BwdParams& p, int block_n, bool tail_overlaps) {
+  if (!tail_overlaps || p.window_left >= 0 || p.window_right >= 0 || p.cu_seqlens_q || p.cu_seqlens_k ||
+      p.seqused_k) {
+    return 0;
+  }
+  const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
+  const int64_t blocks = (p.max_stored_k + block_n - 1) / block_n, per_block = int64_t(p.heads_kv) * p.batch;
+  const double plain = double((blocks * per_block + sms - 1) / sms);
+  double best = plain - 0.25;
+  int best_blocks = 0;
+  for (int64_t t = 1; t < blocks && 2 * t * per_block <= 2 * sms; ++t) {
+    const int64_t main_ctas = (blocks - t) * per_block, full_waves = main_ctas / sms, last = main_ctas % sms;
+    const int64_t free = last > 0 ? sms - last : 0;
+    const int64_t left = std::max<int64_t>(0, 2 * t * per_block - 2 * free);
+    const double waves = double(full_waves + (last > 0 ? 1 : 0)) + 0.5 * double((left + sms - 1) / sms);
+    if (waves < best) best = waves, best_blocks = int(t);
+  }
+  return best_blocks;
+}
+
 template <bool kScoreMods, int kHeadDim, class Element>
 void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   using Dq = BwdDqSm80<kHeadDim, Element>;
@@ -33,11 +63,24 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   };
   using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass, kScoreMods>;
   using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
+  using Tail = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassTail, kScoreMods>;
   auto launch_single = [&](auto tile) {  // the single pass on the tile of tile's type
     using Tile = decltype(tile);
     clear_dq_accum(p, stream);
-    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dkv_grid(Tile::kBlockN, Tile::kOutSplit),
+    static_assert(Tile::kOutSplit == 1 && Tail::kOutSplit == 1, "the tail splits whole key blocks");
+    const auto tail_kernel = bwd_dkdv_kernel_sm80<Tail, kScoreMods, true>;
+    const int tail_blocks =
+        std::is_same_v<Tile, Single> ? single_pass_tail_blocks(p, Tile::kBlockN, kernel_has_sm90_code(tail_kernel)) : 0;
+    const int main_blocks = (p.max_stored_k + Tile::kBlockN - 1) / Tile::kBlockN - tail_blocks;
+    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dim3(main_blocks, p.heads_kv, p.batch),
                       Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+    if (tail_blocks > 0) {
+      BwdParams tail = p;
+      tail.dkv_first_key = main_blocks * Tile::kBlockN;
+      const int tail_keys = p.max_stored_k - tail.dkv_first_key;
+      launch_dependent_kernel(tail_kernel, dim3((tail_keys + Tail::kBlockN - 1) / Tail::kBlockN, p.heads_kv, p.batch),
+                              Tail::kThreads, Tail::kSmemBytes, tail, stream, "backward dk/dv/dq tail kernel");
+    }
     launch_bwd_dq_convert(p, std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16, stream);
   };
   if (p.dq_accum != nullptr) {
@@ -65,7 +108,9 @@ constexpr bool bwd_sm80_tiles_well_formed() {
   bool ok = BwdDqSm80<kHeadDim, E>::kSmemBytes > 0 &&
             BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kTwoPass>::kSmemBytes > 0 &&
             BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePass>::kSmemBytes > 0 &&
-            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePass, true>::kSmemBytes > 0;
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePass, true>::kSmemBytes > 0 &&
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePassTail>::kSmemBytes > 0 &&
+            BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePassTail, true>::kSmemBytes > 0;
   if constexpr (bwd_has_compact_tile(kHeadDim)) {
     ok = ok && BwdDkvSm80<kHeadDim, E, BwdDkvSchedule::kSinglePassCompact>::kSmemBytes > 0;
   }

@@ -58,6 +58,37 @@ void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, 
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
 
+// Whether the code the device runs for kernel is sm_90's or later (griddepcontrol compiled in).
+template <class Kernel>
+bool kernel_has_sm90_code(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.binaryVersion >= 90;
+}
+
+// Launches a tiled kernel as the programmatic dependent of the stream's previous kernel (sm_90): it
+// may start while that one still runs, once every CTA of that one has called launch_dependents().
+template <class Kernel, class Args>
+void launch_dependent_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const Args& args,
+                             cudaStream_t stream, const char* what) {
+  opt_in_shared_memory(kernel, smem_bytes);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
+  config.attrs = &attribute, config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+  }
+}
+
 // The launch configuration of `clusters` clusters of kCluster CTAs along x, each CTA with `threads`
 // threads and smem_bytes of dynamic shared memory.
 template <int kCluster>

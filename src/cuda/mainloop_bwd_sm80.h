@@ -63,6 +63,7 @@ struct BwdDkvSm80 : BwdSm80Base<kHeadDim, Element, kBwdDkvShape<kHeadDim, kSched
   static constexpr BwdDkvShape kShape = kBwdDkvShape<kHeadDim, kSchedule, kScoreMods>;
   using Base = BwdSm80Base<kHeadDim, Element, kShape.warps>;
   static constexpr bool kSinglePass = kSchedule != BwdDkvSchedule::kTwoPass;
+  static constexpr bool kTail = kSchedule == BwdDkvSchedule::kSinglePassTail;
   static constexpr int kWarpMTiles = kShape.warp_m_tiles;
   static constexpr int kColSplit = kShape.col_split;
   static constexpr int kKeyGroups = Base::kWarps / kColSplit;

@@ -64,6 +64,21 @@ __device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, bool va
                                                         *static_cast<uint64_t*>(smem), valid);
 }
 __device__ __forceinline__ void cp_async_commit() { cute::cp_async_fence(); }
+
+// Programmatic dependent launch (sm_90): let the next kernel on the stream start once every CTA of
+// this one has called this or exited; wait until the kernel this one depends on has finished and
+// its writes are visible. Both do nothing where the launch had no such dependency, and are not
+// compiled for archs below sm_90.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { cute::cp_async_wait<N>(); }
 

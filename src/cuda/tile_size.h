@@ -226,10 +226,12 @@ struct BwdDqTileSm80 {
 // products (the atomics drain under dK) rather than after both. copies_after_top_barrier: the
 // next step's copies go out after the step's top barrier, which then also stands for the barrier
 // that ended the previous step (one barrier per step fewer). unguarded_dq_atomics: the single
-// pass's dq atomics without a branch on the sequence's end (add_dq, kernel_bwd_dkdv_sm80.h).
+// pass's dq atomics without a branch on the sequence's end or on d (add_dq, kernel_bwd_dkdv_sm80.h).
 // dq_column_rounds: a dq warp's columns in that many rounds of product and atomics. Measured on
-// an H100, docs/performance.md (backward v1-v7, v10, v16-v18).
-enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact };
+// an H100, docs/performance.md (backward v1-v7, v10, v16-v20).
+// kSinglePassTail: the single pass with one m16 tile of keys per warp (half the keys), for the key
+// tiles of the last, partial wave (launch_bwd_sm80.h).
+enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact, kSinglePassTail };
 struct BwdDkvShape {
   int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles, dq_column_rounds;
   bool dq_before_dk, copies_after_top_barrier, unguarded_dq_atomics;
@@ -274,6 +276,11 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // d 64 and 128: 166 and 165 KB) but holds this (83 and 147 KB; bwd_has_compact_tile): v6's
       // tile, 16 keys per warp with P^T and dS^T in registers, 64 queries per step.
       return {8, 1, 1, 64, 1, 1, 1, false, false, false};
+    case BwdDkvSchedule::kSinglePassTail: {
+      BwdDkvShape shape = bwd_dkv_shape<kHeadDim>(BwdDkvSchedule::kSinglePass, score_mods);
+      shape.warp_m_tiles = 1;
+      return shape;
+    }
   }
   return {};
 }
