@@ -81,8 +81,9 @@ std::vector<AttnCase> backward_cases() {
   c.batch = 4, c.varlen = true, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
   // 23 key blocks x 12 (kv head, sequence) pairs = 2 waves and 12 CTAs on an H100 / H200 (132
-  // SMs): the single pass's last key block runs as half tiles in the tail launch, beside the main
-  // one (blocks of 128 keys up to d 128, 64 above; the last one partial).
+  // SMs): the wave model moves each pair's last key block (blocks of 128 keys up to d 128, 64
+  // above; the last one partial) to the tail launch as half tiles, which run as the main launch's
+  // two whole waves drain (on other SM counts the model may pick other counts, or none).
   for (int64_t d : {64, 128, 256}) {
     c = shape(70, d <= 128 ? 2900 : 1450, d);
     c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
@@ -107,6 +108,11 @@ std::vector<AttnCase> backward_cases() {
     c.dv = dv, c.causal = d > dv;
     cases.push_back(c);
   }
+  // d 16 on d 256's kernel (chosen by d_v): dq's n8 tiles past d go to the accumulator's padding
+  // at the farthest offsets there are (8 key blocks: every padding row a CTA may pick).
+  c = shape(150, 450, 16);
+  c.dv = 256;
+  cases.push_back(c);
   return cases;
 }
 

@@ -34,10 +34,14 @@ FA_HD int64_t dq_accum_tiles_per_head(bool varlen_q, int64_t total_q, int64_t ba
 // The single pass with unguarded dq atomics (tile_size.h) adds whole query steps (up to 128 rows)
 // without testing for rows past a sequence's end: their dS is exactly 0 (lse +inf, zero-filled
 // dout), so what they add to the next sequence's or head's tiles changes nothing, and past the
-// last head they land in this padding.
+// last head they land in this padding. Its rows also take the atomics of n8 tiles past d (a head
+// dim served by a larger instantiation), at offsets of up to kDqAccumSinkTiles n8 tiles past them
+// where d is small (add_dq, kernel_bwd_dkdv_sm80.h).
 constexpr int kDqAccumPadTiles = 8;
+constexpr int kDqAccumSinkTiles = 8;
 FA_HD size_t dq_accum_bytes(int64_t heads_q, int64_t tiles_per_head, int64_t d) {
-  return (size_t(heads_q) * size_t(tiles_per_head) + kDqAccumPadTiles) * kDqAccumTileRows * size_t(d) *
+  return ((size_t(heads_q) * size_t(tiles_per_head) + kDqAccumPadTiles) * kDqAccumTileRows * size_t(d) +
+          kDqAccumSinkTiles * kDqAccumTileFloats) *
          sizeof(float);
 }
 __device__ __forceinline__ int64_t dq_accum_first_tile(const FwdParams& p, const SeqInfo& s, int b) {

@@ -64,8 +64,10 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   // The warp's columns in kDqColumnRounds rounds: fewer accumulators live at once, and one
   // round's atomics drain under the next round's products.
   constexpr int kDT = K::kDqDTiles / K::kDqColumnRounds;
-  static_assert(!K::kUnguardedDqAtomics || (kM <= kDqAccumPadTiles && kDT * 8 <= K::kHeadDim / 2),
-                "a warp's n8 tiles past d land in the padding (every d served is above half the instantiation's)");
+  // The sink's offsets reach (kDqAccumPadTiles - 1) * (d / 8) + kDT - 1 n8 tiles past the padding's
+  // start: inside the padding's rows and the kDqAccumSinkTiles after them for any d.
+  static_assert(!K::kUnguardedDqAtomics || (kM <= kDqAccumPadTiles && kDT <= kDqAccumSinkTiles + 1),
+                "a warp's n8 tiles past d land in the accumulator's padding");
 #pragma unroll
   for (int round = 0; round < K::kDqColumnRounds; ++round) {
     const int cr = c0 + round * kDT * 8;  // the round's first column

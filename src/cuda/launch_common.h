@@ -58,7 +58,9 @@ void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, 
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
 
-// Whether the code the device runs for kernel is sm_90's or later (griddepcontrol compiled in).
+// Whether the code the device runs for kernel was compiled for sm_90 or later (griddepcontrol
+// compiled in): the PTX version it came from, since the binary version of code compiled at load
+// time from an older arch's PTX is the device's.
 template <class Kernel>
 bool kernel_has_sm90_code(Kernel kernel) {
   cudaFuncAttributes attributes{};
@@ -66,11 +68,13 @@ bool kernel_has_sm90_code(Kernel kernel) {
     cudaGetLastError();
     return false;
   }
-  return attributes.binaryVersion >= 90;
+  return attributes.ptxVersion >= 90;
 }
 
 // Launches a tiled kernel as the programmatic dependent of the stream's previous kernel (sm_90): it
 // may start while that one still runs, once every CTA of that one has called launch_dependents().
+// Where the launch with that attribute fails, a plain launch after the previous kernel, which the
+// dependent must also be correct under.
 template <class Kernel, class Args>
 void launch_dependent_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const Args& args,
                              cudaStream_t stream, const char* what) {
@@ -82,10 +86,9 @@ void launch_dependent_kernel(Kernel kernel, dim3 grid, int threads, int smem_byt
   config.gridDim = grid, config.blockDim = dim3(unsigned(threads));
   config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
   config.attrs = &attribute, config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args);
-  if (err != cudaSuccess) {
+  if (cudaLaunchKernelEx(&config, kernel, args) != cudaSuccess) {
     cudaGetLastError();
-    fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
+    launch_tiled_kernel(kernel, grid, threads, smem_bytes, args, stream, what);
   }
 }
 
