@@ -230,7 +230,8 @@ struct BwdDqTileSm80 {
 // dq_column_rounds: a dq warp's columns in that many rounds of product and atomics. Measured on
 // an H100, docs/performance.md (backward v1-v7, v10, v16-v20).
 // kSinglePassTail: the single pass with one m16 tile of keys per warp (half the keys), for the key
-// tiles of the last, partial wave (launch_bwd_sm80.h).
+// tiles of the last, partial wave (launch_bwd_sm80.h; 1.007-1.011x at d 64 without a mask, the
+// standard grid's only point where the wave model launches it).
 enum class BwdDkvSchedule { kTwoPass, kSinglePass, kSinglePassCompact, kSinglePassTail };
 struct BwdDkvShape {
   int warps, warp_m_tiles, col_split, block_m, out_split, dq_warp_m_tiles, dq_column_rounds;
@@ -264,7 +265,8 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // 0.973-0.986x at d 64, 1.00x at d 256 (its score-modifier instantiation follows, not timed).
       // Unguarded dq atomics above d 128: 1.010-1.019x at d 256 (half the atomics' code; why it
       // gains is not established), 0.986-0.988x at d 64, 0.994-1.001x at d 128; d 160-224 and the
-      // score-modifier instantiations follow d 256, not timed. dq's 8 n8 tiles per warp at d 256
+      // score-modifier instantiations follow d 256, not timed. Their n8 tiles past d by a select
+      // instead of a branch: 1.012-1.015x more at d 256. dq's 8 n8 tiles per warp at d 256
       // in two rounds of 4: 1.004-1.015x there, 0.968-0.980x at d 128 in two rounds of 2,
       // 0.993-1.004x at d 64; d 160 / 224 have 5 / 7 tiles per warp, d 192 6 (two rounds of 3
       // not timed).
