@@ -63,8 +63,8 @@ struct BwdParams : FwdParams {
   int dkv_first_key;        // the dk/dv grid's first key (the tail launch: past the main one's tiles)
   RowStats* stats;          // workspace: [heads_q, stats_rows_per_head]
   // The single-pass backward's dq accumulator (workspace, zeroed, f32, unscaled, tiled as above:
-  // [heads_q, dq_accum_tiles_per_head, d / 8, 128] and kDqAccumPadTiles tiles after), added to by
-  // f32 atomics; nullptr: the two deterministic passes.
+  // [heads_q, dq_accum_tiles_per_head, d / 8, 128], then kDqAccumPadTiles tiles and kDqAccumSinkTiles
+  // n8 tiles), added to by f32 atomics; nullptr: the two deterministic passes.
   float* dq_accum;
   int64_t stats_rows_per_head;      // dense: batch * seqlen_q; varlen: total_q
   int64_t dq_accum_tiles_per_head;  // dq_accum_tiles_per_head() of the call
