@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One call on the device machine: configure and build (all cores), run the GPU tests, the
-# compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch (its table),
+# One call on the device machine: configure and build (all cores), run the GPU tests (and count
+# the backward's tail launches in the test built for them), the compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch (its table),
 # then the sm90a forward's SASS check (HGMMA count, spills, serialised wgmma); the last lines are a
 # summary. Writes logs.tar.gz and kernels-sm90a.sass.gz to $OUT.
 # Carry what scripts/gpu-carry.sh prints. Usage:
@@ -98,6 +98,15 @@ if [ $run_tests = 1 ]; then
     grep -E "^\[  FAILED|Failure|error|expected|FAIL" "$out/gpu-tests-$suite.log" | head -40
     note "gpu $suite tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+ test' "$out/gpu-tests-$suite.log" | tr '\n' ' ') (rc $rc)"
   done
+fi
+
+# The backward's tail launch (backward v20) is chosen by a wave model on the device's SM count, and
+# nothing in the results shows whether it ran: list the kernels of the test built to take it
+# (Nsight Compute, which serialises them) and count the tail kernel's launches.
+if [ $run_tests = 1 ] && [[ " $suites " == *" bwd "* ]]; then
+  timeout 120 ncu --metrics gpu__time_duration.sum build-gpu/tests/test_gpu_bwd --gtest_filter='GpuBackwardTail.*' \
+    > "$out/tail-launch.log" 2>&1
+  note "backward tail kernel launches in GpuBackwardTail (ncu, rc $?): $(grep -c 'BwdDkvSchedule)3' "$out/tail-launch.log")"
 fi
 
 if [ $run_sanitizer = 1 ]; then
