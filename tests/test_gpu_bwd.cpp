@@ -17,6 +17,16 @@
 namespace flashattn::testing {
 namespace {
 
+// 23 key blocks x 12 (kv head, sequence) pairs = 2 waves and 12 CTAs on an H100 / H200 (132 SMs):
+// the wave model moves each pair's last key block (blocks of 128 keys up to d 128, 64 above; the
+// last one partial) to the tail launch as half tiles, which run as the main launch's two whole
+// waves drain (on other SM counts the model may pick other counts, or none).
+AttnCase tail_case(int64_t d) {
+  AttnCase c = shape(70, d <= 128 ? 2900 : 1450, d);
+  c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
+  return c;
+}
+
 std::vector<AttnCase> backward_cases() {
   std::vector<AttnCase> cases;
   // Awkward lengths at every instantiated head dim and two that are not (80: predicated loads;
@@ -80,16 +90,9 @@ std::vector<AttnCase> backward_cases() {
   c = shape(150, 170, 256);
   c.batch = 4, c.varlen = true, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
-  // 23 key blocks x 12 (kv head, sequence) pairs = 2 waves and 12 CTAs on an H100 / H200 (132
-  // SMs): the wave model moves each pair's last key block (blocks of 128 keys up to d 128, 64
-  // above; the last one partial) to the tail launch as half tiles, which run as the main launch's
-  // two whole waves drain (on other SM counts the model may pick other counts, or none).
-  for (int64_t d : {64, 128, 256}) {
-    c = shape(70, d <= 128 ? 2900 : 1450, d);
-    c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
-    cases.push_back(c);
-  }
-  c.d = 64, c.seqlen_k = 2900, c.softcap = 3.f, c.alibi = true, c.dropout_p = 0.2f;  // the tail's score-modifier kernel
+  for (int64_t d : {64, 128, 256}) cases.push_back(tail_case(d));
+  c = tail_case(64);
+  c.softcap = 3.f, c.alibi = true, c.dropout_p = 0.2f;  // the tail's score-modifier kernel
   cases.push_back(c);
   c = shape(211, 211, 64);
   c.dropout_p = 0.17f;
@@ -221,9 +224,14 @@ TEST(GpuBackwardLarge, KeyRowsBeyondInt32Elements) {
 class GpuBackwardApi : public ::testing::Test {
  protected:
   void SetUp() override {
+    AttnCase c = shape(300, 400, 128);
+    c.causal = true, c.batch = 3, c.varlen = true;
+    prepare(c);
+  }
+  // The case's inputs with its forward run on the GPU, and an eager CUDA backward to compare with.
+  void prepare(const AttnCase& c) {
     SKIP_WITHOUT_GPU();
-    c_ = shape(300, 400, 128);
-    c_.causal = true, c_.batch = 3, c_.varlen = true;
+    c_ = c;
     SKIP_WITHOUT_KERNEL(c_, /*backward=*/true);
     data_ = make_attn_data(c_);
     run_fwd(data_, FLASHATTN_BACKEND_CUDA);
@@ -269,23 +277,18 @@ TEST_F(GpuBackwardApi, GraphCaptureWithoutWorkspaceAllocatesOnTheStream) {
   expect_correct_gradients();
 }
 
-// A captured call whose single pass hands its last key block to the tail launch (the shape of
-// backward_cases()'s tail case, on 132 SMs): the programmatic dependency becomes a graph edge,
-// and the dq conversion after it still sees both launches' atomics.
-TEST(GpuBackwardTail, UnderGraphCapture) {
-  SKIP_WITHOUT_GPU();
-  AttnCase c = shape(70, 2900, 64);
-  c.batch = 3, c.heads_q = 8, c.heads_kv = 4;
-  SKIP_WITHOUT_KERNEL(c, /*backward=*/true);
-  AttnData data = make_attn_data(c);
-  run_fwd(data, FLASHATTN_BACKEND_CUDA);
-  data.prepare_backward();
-  AttnData inputs = data, eager = data;
-  run_bwd(eager, FLASHATTN_BACKEND_CUDA);
-  ASSERT_NO_FATAL_FAILURE(run_captured_on_device(data, data.bwd_params(FLASHATTN_BACKEND_CUDA), flashattn_bwd));
-  expect_pass(check_bwd_result(inputs, data), c);
-  EXPECT_EQ(max_abs_diff(data.dk, eager.dk), 0.0);
-  EXPECT_EQ(max_abs_diff(data.dv, eager.dv), 0.0);
+// A captured call whose single pass hands its last key block to the tail launch (tail_case, on
+// 132 SMs): the programmatic dependency becomes a graph edge, and the dq conversion after it still
+// sees both launches' atomics.
+class GpuBackwardTail : public GpuBackwardApi {
+ protected:
+  void SetUp() override { prepare(tail_case(64)); }
+};
+
+TEST_F(GpuBackwardTail, UnderGraphCapture) {
+  ASSERT_NO_FATAL_FAILURE(
+      run_captured_on_device(data_, data_.bwd_params(FLASHATTN_BACKEND_CUDA), flashattn_bwd));
+  expect_correct_gradients();
 }
 
 TEST_F(GpuBackwardApi, TooSmallWorkspaceIsRejectedBeforeAnyWork) {

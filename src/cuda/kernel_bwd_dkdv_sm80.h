@@ -68,6 +68,13 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
   // start: inside the padding's rows and the kDqAccumSinkTiles after them for any d.
   static_assert(!K::kUnguardedDqAtomics || (kM <= kDqAccumPadTiles && kDT <= kDqAccumSinkTiles + 1),
                 "a warp's n8 tiles past d land in the accumulator's padding");
+  // With kUnguardedDqAtomics, n8 tiles past d go to the accumulator's padding, which nothing reads:
+  // a select, not a branch, so that the compiler may schedule the atomics among the products that
+  // follow. The padding row varies with the CTA, so that the CTAs do not all add to one address.
+  [[maybe_unused]] float* const sink =
+      p.dq_accum + ((int64_t(p.heads_q) * p.dq_accum_tiles_per_head + blockIdx.x % (kDqAccumPadTiles - kM + 1)) *
+                        (p.d / 8) * kDqAccumTileFloats +
+                    lane * 4);
 #pragma unroll
   for (int round = 0; round < K::kDqColumnRounds; ++round) {
     const int cr = c0 + round * kDT * 8;  // the round's first column
@@ -82,12 +89,6 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
     float* dst = dq_tiles + ((q_tile0 * (p.d / 8) + cr / 8) * kDqAccumTileFloats + lane * 4);
     const int tiles = (p.d - cr) / 8;
     if constexpr (K::kUnguardedDqAtomics) {
-      // n8 tiles past d go to the accumulator's padding, which nothing reads: a select, not a
-      // branch, so that the compiler may schedule the atomics among the products that follow.
-      // The padding row varies with the CTA, so that the CTAs do not all add to one address.
-      float* sink = p.dq_accum + ((int64_t(p.heads_q) * p.dq_accum_tiles_per_head +
-                                   blockIdx.x % (kDqAccumPadTiles - kM + 1)) * (p.d / 8) * kDqAccumTileFloats +
-                                  lane * 4);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt)
 #pragma unroll

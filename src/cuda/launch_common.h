@@ -71,6 +71,20 @@ bool kernel_has_sm90_code(Kernel kernel) {
   return attributes.ptxVersion >= 90;
 }
 
+// The launch configuration of a grid of CTAs with `threads` threads and smem_bytes of dynamic shared
+// memory each, and one launch attribute.
+struct AttributedLaunch {
+  cudaLaunchAttribute attribute;
+  cudaLaunchConfig_t config{};
+  AttributedLaunch(dim3 grid, int threads, int smem_bytes, cudaStream_t stream, cudaLaunchAttribute attribute_)
+      : attribute(attribute_) {
+    config.gridDim = grid, config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
+    config.attrs = &attribute, config.numAttrs = 1;
+  }
+  AttributedLaunch(const AttributedLaunch&) = delete;  // config points at attribute
+};
+
 // Launches a tiled kernel as the programmatic dependent of the stream's previous kernel (sm_90): it
 // may start while that one still runs, once every CTA of that one has called launch_dependents().
 // Where the launch with that attribute fails, a plain launch after the previous kernel, which the
@@ -79,33 +93,27 @@ template <class Kernel, class Args>
 void launch_dependent_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const Args& args,
                              cudaStream_t stream, const char* what) {
   opt_in_shared_memory(kernel, smem_bytes);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
-  config.attrs = &attribute, config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, args) != cudaSuccess) {
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  const AttributedLaunch launch(grid, threads, smem_bytes, stream, dependent);
+  if (cudaLaunchKernelEx(&launch.config, kernel, args) != cudaSuccess) {
     cudaGetLastError();
     launch_tiled_kernel(kernel, grid, threads, smem_bytes, args, stream, what);
   }
 }
 
-// The launch configuration of `clusters` clusters of kCluster CTAs along x, each CTA with `threads`
-// threads and smem_bytes of dynamic shared memory.
+// The launch configuration of `clusters` clusters of kCluster CTAs along x.
 template <int kCluster>
-struct ClusterLaunch {
-  cudaLaunchAttribute attribute{};
-  cudaLaunchConfig_t config{};
-  ClusterLaunch(int64_t clusters, int threads, int smem_bytes, cudaStream_t stream) {
+struct ClusterLaunch : AttributedLaunch {
+  ClusterLaunch(int64_t clusters, int threads, int smem_bytes, cudaStream_t stream)
+      : AttributedLaunch(dim3(unsigned(clusters * kCluster)), threads, smem_bytes, stream, cluster_dim()) {}
+  static cudaLaunchAttribute cluster_dim() {
+    cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = kCluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
-    config.gridDim = dim3(unsigned(clusters * kCluster)), config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = size_t(smem_bytes), config.stream = stream;
-    config.attrs = &attribute, config.numAttrs = 1;
+    return attribute;
   }
-  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
 };
 
 // How many clusters of kCluster CTAs of kKernel the current device runs at once (0: none fits, as
