@@ -106,7 +106,7 @@ fi
 if [ $run_tests = 1 ] && [[ " $suites " == *" bwd "* ]]; then
   timeout 120 ncu --metrics gpu__time_duration.sum build-gpu/tests/test_gpu_bwd --gtest_filter='GpuBackwardTail.*' \
     > "$out/tail-launch.log" 2>&1
-  note "backward tail kernel launches in GpuBackwardTail (ncu, rc $?): $(grep -c 'BwdDkvSchedule)3' "$out/tail-launch.log")"
+  note "backward tail kernel launches in GpuBackwardTail (ncu, rc $?): $(grep -cE 'BwdDkvSm80<[0-9]+, [a-z0-9_]+, 3,' "$out/tail-launch.log")"
 fi
 
 if [ $run_sanitizer = 1 ]; then

@@ -48,11 +48,13 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 // padding of its last tile, tiles past that one skipped; with kUnguardedDqAtomics, without a test
 // on the rows, into the tiles that follow (the next sequence's or head's, past the last head the
 // accumulator's kDqAccumPadTiles). n8 tiles past d (a head dim served by a larger instantiation)
-// are skipped, or with kUnguardedDqAtomics added to the padding.
+// are skipped, or with kUnguardedDqAtomics added to the padding. The columns go in
+// kDqColumnRounds rounds: all of them, or only_round's alone (the caller interleaves the rounds
+// with other work).
 template <class K>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,
-                                       int lane) {
+                                       int lane, int only_round = -1) {
   constexpr int kM = K::kDqWarpMTiles;
   static_assert(!K::kUnguardedDqAtomics || K::kBlockM / kDqAccumTileRows - 1 <= kDqAccumPadTiles,
                 "a step's rows past the last sequence's tiles stay inside the accumulator's padding");
@@ -77,6 +79,7 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
                     lane * 4);
 #pragma unroll
   for (int round = 0; round < K::kDqColumnRounds; ++round) {
+    if (only_round >= 0 && round != only_round) continue;
     const int cr = c0 + round * kDT * 8;  // the round's first column
     float acc[kM][kDT][4];
 #pragma unroll
@@ -283,9 +286,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
         const int row = warp_row0 * K::kDsStride;
         gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
             sPt + row, stage_do(stage), col0 + warp_c0, acc_dv, lane);
-        if constexpr (K::kDqBeforeDk) dq();  // its atomics drain under the dK product
-        gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
-            sdSt + row, stage_q(stage), col0 + warp_c0, acc_dk, lane);
+        if constexpr (K::kDqBeforeDk && K::kDqColumnRounds > 1) {
+          // dq's rounds alternate with parts of the dK product over the step's queries: each
+          // round's atomics drain under a part of dK instead of all going out before it.
+          constexpr int kPart = K::kBlockM / K::kDqColumnRounds;
+          static_assert(kPart % 16 == 0, "dK's parts are whole k16 steps");
+#pragma unroll
+          for (int r = 0; r < K::kDqColumnRounds; ++r) {
+            add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane, r);
+            gemm_smem<false, Element, kM, kPart, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
+                sdSt + row + r * kPart, stage_q(stage) + r * kPart * K::kSmemStride, col0 + warp_c0, acc_dk, lane);
+          }
+        } else {
+          if constexpr (K::kDqBeforeDk) dq();  // its atomics drain under the dK product
+          gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
+              sdSt + row, stage_q(stage), col0 + warp_c0, acc_dk, lane);
+        }
       }
       if constexpr (!K::kDqBeforeDk) dq();
     }

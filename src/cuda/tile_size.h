@@ -269,9 +269,11 @@ constexpr BwdDkvShape bwd_dkv_shape(BwdDkvSchedule schedule, bool score_mods) {
       // instead of a branch: 1.012-1.015x more at d 256. dq's 8 n8 tiles per warp at d 256
       // in two rounds of 4: 1.004-1.015x there, 0.968-0.980x at d 128 in two rounds of 2,
       // 0.993-1.004x at d 64; d 160 / 224 have 5 / 7 tiles per warp, d 192 6 (two rounds of 3
-      // not timed).
+      // not timed). At d 256 four rounds of 2, each followed by a quarter of the dK product
+      // over the step's queries: 1.015-1.021x more (two rounds with halves 1.012-1.016x); the
+      // single pass's spill goes from 8 to 0 bytes, with score modifiers from 132 to 16.
       return {8, 2, kHeadDim <= 128 ? 2 : 4, kHeadDim <= 64 && !score_mods ? 128 : 64, 1,
-              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim == 256 ? 2 : 1, kHeadDim > 128, kHeadDim == 128,
+              kHeadDim <= 64 && score_mods ? 1 : 2, kHeadDim == 256 ? 4 : 1, kHeadDim > 128, kHeadDim == 128,
               kHeadDim > 128};
     case BwdDkvSchedule::kSinglePassCompact:
       // For devices whose shared memory per block cannot hold the single pass (an A100's 163 KB at
