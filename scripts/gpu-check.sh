@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
 #                        [--profile D,SEQLEN[,fwd|bwd|both[,causal]]]... [--fwd-only] [--rounds N]
-#                        [--interleaved] [--sustained fwd|bwd]
+#                        [--interleaved] [--sustained fwd|bwd] [--bench-args ARGS] [--sustained-args ARGS]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
 # --fwd-only: no backward tests or sanitizer runs (for a change that leaves the backward alone).
@@ -21,6 +21,9 @@
 # --sustained: also scripts/bench_sustained.py in that direction (ours against cuDNN's forward or
 # FA2's backward in half-second batches, at the clock the power cap allows; d 64 / 128 / 256, 8k and
 # 16k keys, both masks).
+# --bench-args / --sustained-args: more arguments for scripts/bench_interleaved.py /
+# bench_sustained.py (e.g. --bench-args "--seqlens 4096,8192,16384 --rounds 15" for a longer look at
+# a few points; the scripts' own --help lists them).
 # --profile: Nsight Compute (full set, per-instruction stall samples) at one bf16 point of the
 # standard grid (non-causal unless `causal`): our forward (the cuda backend's: sm90a on a Hopper
 # GPU) and PyTorch's FlashAttention-2 and cuDNN forward kernels, our backward and
@@ -33,7 +36,7 @@ dims="32;64;96;128;160;192;224;256"
 dtypes="bf16;f16"
 tests="*"
 run_tests=1 run_sanitizer=1 run_bench=1 bench_bwd=0 bench_sm80=0 peers=1 profile="" suites="fwd bwd" rounds=1 interleaved=0
-sustained=""
+sustained="" bench_args="" sustained_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -50,6 +53,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --interleaved) interleaved=1; shift ;;
     --sustained) sustained="$2"; shift 2 ;;
+    --bench-args) bench_args="$2"; shift 2 ;;
+    --sustained-args) sustained_args="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,7 +130,8 @@ fi
 
 if [ $run_bench = 1 ] && [ $interleaved = 1 ]; then
   bwd_flag=(); [ $bench_bwd = 1 ] && bwd_flag=(--bwd)
-  timeout 500 python3 scripts/bench_interleaved.py --lib build-gpu/src/libflashattn.so "${bwd_flag[@]}" \
+  # $bench_args unquoted: its arguments split at spaces.
+  timeout 500 python3 scripts/bench_interleaved.py --lib build-gpu/src/libflashattn.so "${bwd_flag[@]}" $bench_args \
     > "$out/bench-table.txt" 2> "$out/bench-interleaved.err" || tail -5 "$out/bench-interleaved.err"
   cat "$out/bench-table.txt"
 elif [ $run_bench = 1 ]; then
@@ -153,7 +159,8 @@ elif [ $run_bench = 1 ]; then
 fi
 
 if [ -n "$sustained" ]; then
-  timeout 400 python3 scripts/bench_sustained.py --lib build-gpu/src/libflashattn.so --dir "$sustained" \
+  # $sustained_args unquoted, as $bench_args.
+  timeout 400 python3 scripts/bench_sustained.py --lib build-gpu/src/libflashattn.so --dir "$sustained" $sustained_args \
     > "$out/sustained.txt" 2> "$out/sustained.err" || tail -5 "$out/sustained.err"
   cat "$out/sustained.txt"
   note "sustained $sustained: $(tail -n +3 "$out/sustained.txt" | wc -l) points"
