@@ -281,29 +281,25 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
       __syncthreads();  // every warp's dS^T (and P^T) landed
       float* dq_tiles = p.dq_accum + (int64_t(h) * p.dq_accum_tiles_per_head + dq_accum_first_tile(p, seq, b) +
                                       m_start / kDqAccumTileRows) * (p.d / 8) * kDqAccumTileFloats;
-      auto dq = [&] { add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane); };
+      const int step_rows = seq.seqlen_q - m_start;  // the step's query rows that exist (add_dq)
       if constexpr (K::kColSplit > 1) {  // the step's P^T and dS^T rows of this warp's keys
         const int row = warp_row0 * K::kDsStride;
         gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
             sPt + row, stage_do(stage), col0 + warp_c0, acc_dv, lane);
-        if constexpr (K::kDqBeforeDk && K::kDqColumnRounds > 1) {
-          // dq's rounds alternate with parts of the dK product over the step's queries: each
-          // round's atomics drain under a part of dK instead of all going out before it.
-          constexpr int kPart = K::kBlockM / K::kDqColumnRounds;
-          static_assert(kPart % 16 == 0, "dK's parts are whole k16 steps");
+        // With kDqBeforeDk, dq's rounds alternate with parts of the dK product over the step's
+        // queries, so that each round's atomics drain under a part of dK (one round: all of dq,
+        // then all of dK).
+        constexpr int kRounds = K::kDqBeforeDk ? K::kDqColumnRounds : 1;
+        constexpr int kPart = K::kBlockM / kRounds;
+        static_assert(kPart % 16 == 0, "dK's parts are whole k16 steps");
 #pragma unroll
-          for (int r = 0; r < K::kDqColumnRounds; ++r) {
-            add_dq<K>(p, dq_tiles, seq.seqlen_q - m_start, col0, sK, sdSt, lane, r);
-            gemm_smem<false, Element, kM, kPart, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
-                sdSt + row + r * kPart, stage_q(stage) + r * kPart * K::kSmemStride, col0 + warp_c0, acc_dk, lane);
-          }
-        } else {
-          if constexpr (K::kDqBeforeDk) dq();  // its atomics drain under the dK product
-          gemm_smem<false, Element, kM, K::kBlockM, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
-              sdSt + row, stage_q(stage), col0 + warp_c0, acc_dk, lane);
+        for (int r = 0; r < kRounds; ++r) {
+          if constexpr (K::kDqBeforeDk) add_dq<K>(p, dq_tiles, step_rows, col0, sK, sdSt, lane, r);
+          gemm_smem<false, Element, kM, kPart, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
+              sdSt + row + r * kPart, stage_q(stage) + r * kPart * K::kSmemStride, col0 + warp_c0, acc_dk, lane);
         }
       }
-      if constexpr (!K::kDqBeforeDk) dq();
+      if constexpr (!K::kDqBeforeDk) add_dq<K>(p, dq_tiles, step_rows, col0, sK, sdSt, lane);
     }
     // Every warp is done with this stage (and sdSt, sPt) before the next step refills it.
     if constexpr (!K::kCopiesAfterTopBarrier) __syncthreads();
