@@ -14,7 +14,6 @@ namespace {
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kHeadDimMultiple = 8;  // rows move in 16-byte pieces of 8 16-bit elements
-constexpr int64_t kMaxGridYZ = 65535;
 
 // Whether this build instantiated a kernel of the direction that serves head_dim and dtype
 // (checked before anything runs, so that an unsupported call leaves every output untouched).

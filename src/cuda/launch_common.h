@@ -16,6 +16,9 @@
 
 namespace flashattn::cuda {
 
+// A CUDA grid's y and z dimensions hold at most this many CTAs (x: 2^31 - 1).
+constexpr int64_t kMaxGridYZ = 65535;
+
 // The kernels move rows in 16-byte pieces: base pointer and every stride but the last must keep
 // each row 16-byte aligned.
 void check_aligned(const View& t, const char* name);
