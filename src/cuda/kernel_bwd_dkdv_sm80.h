@@ -51,7 +51,7 @@ __device__ __forceinline__ void stage_transposed(const float (&f)[kM][kNTiles][4
 // are skipped, or with kUnguardedDqAtomics added to the padding. The columns go in
 // kDqColumnRounds rounds: all of them, or only_round's alone (the caller interleaves the rounds
 // with other work).
-template <class K>
+template <class K, bool kHeadsFirst>
 __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int rows, int col0,
                                        const typename K::Element* sK, const typename K::Element* sdSt,
                                        int lane, int only_round = -1) {
@@ -72,9 +72,11 @@ __device__ __forceinline__ void add_dq(const BwdParams& p, float* dq_tiles, int 
                 "a warp's n8 tiles past d land in the accumulator's padding");
   // With kUnguardedDqAtomics, n8 tiles past d go to the accumulator's padding, which nothing reads:
   // a select, not a branch, so that the compiler may schedule the atomics among the products that
-  // follow. The padding row varies with the CTA, so that the CTAs do not all add to one address.
+  // follow. The padding row varies with the CTA's key tile (the grid's x, or y where it runs heads
+  // first), so that the CTAs do not all add to one address.
   [[maybe_unused]] float* const sink =
-      p.dq_accum + ((int64_t(p.heads_q) * p.dq_accum_tiles_per_head + blockIdx.x % (kDqAccumPadTiles - kM + 1)) *
+      p.dq_accum + ((int64_t(p.heads_q) * p.dq_accum_tiles_per_head +
+                     (kHeadsFirst ? blockIdx.y : blockIdx.x) % (kDqAccumPadTiles - kM + 1)) *
                         (p.d / 8) * kDqAccumTileFloats +
                     lane * 4);
 #pragma unroll
@@ -148,9 +150,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
   // The CTA's key tile (times column slice) and kv head: x and y of the grid, or with kHeadsFirst y
   // and x (launch_bwd_sm80.h: under a causal mask the tiles start longest first across the heads).
   // A template argument, not a runtime flag: a select cost the kernel 0.7% without a mask at d 128.
-  const int tile_x = kHeadsFirst ? blockIdx.y : blockIdx.x, hk = kHeadsFirst ? blockIdx.x : blockIdx.y;
-  const int n_block = tile_x / K::kOutSplit, col0 = (tile_x % K::kOutSplit) * K::kCtaCols;
-  const int b = blockIdx.z;
+  const unsigned tile_slice = kHeadsFirst ? blockIdx.y : blockIdx.x;
+  const int n_block = tile_slice / K::kOutSplit, col0 = (tile_slice % K::kOutSplit) * K::kCtaCols;
+  const int hk = kHeadsFirst ? blockIdx.x : blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SeqInfo seq = seq_info(p, b);
   const int stored = p.cu_seqlens_k ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : seq.seqlen_k;
@@ -298,12 +300,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
         static_assert(kPart % 16 == 0, "dK's parts are whole k16 steps");
 #pragma unroll
         for (int r = 0; r < kRounds; ++r) {
-          if constexpr (K::kDqBeforeDk) add_dq<K>(p, dq_tiles, step_rows, col0, sK, sdSt, lane, r);
+          if constexpr (K::kDqBeforeDk) add_dq<K, kHeadsFirst>(p, dq_tiles, step_rows, col0, sK, sdSt, lane, r);
           gemm_smem<false, Element, kM, kPart, Gemm::kDTiles, K::kDsStride, typename K::Rows>(
               sdSt + row + r * kPart, stage_q(stage) + r * kPart * K::kSmemStride, col0 + warp_c0, acc_dk, lane);
         }
       }
-      if constexpr (!K::kDqBeforeDk) add_dq<K>(p, dq_tiles, step_rows, col0, sK, sdSt, lane);
+      if constexpr (!K::kDqBeforeDk) add_dq<K, kHeadsFirst>(p, dq_tiles, step_rows, col0, sK, sdSt, lane);
     }
     // Every warp is done with this stage (and sdSt, sPt) before the next step refills it.
     if constexpr (!K::kCopiesAfterTopBarrier) __syncthreads();

@@ -23,7 +23,8 @@ namespace flashattn::cuda {
 template <class Kernel>
 void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const BwdParams& p,
                        cudaStream_t stream, const char* what) {
-  if (grid.x == 0 || grid.y == 0) return;  // no query (key) rows: nothing for this pass to write
+  // No query (key) rows: nothing for this pass to write (a heads-first grid has its key tiles on y).
+  if (grid.x == 0 || grid.y == 0) return;
   launch_tiled_kernel(kernel, grid, threads, smem_bytes, p, stream, what);
 }
 
@@ -57,15 +58,18 @@ int single_pass_tail_blocks(const BwdParams& p, int block_n, Kernel tail_kernel)
 }
 
 // Whether the single pass's grid runs heads first (kv heads on x, key tiles on y) rather than key
-// tiles first. The hardware starts a grid's CTAs x fastest. Under a window bounded on the right
-// (causal) a key tile keeps more queries the earlier it lies: with the key tiles on x, each head's
-// tiles come longest first but head after head, and the last heads' long tiles start late and
-// leave the other SMs idle at the end (2-7% of the call from 512 to 8k keys at the standard grid's
-// causal points, in a model in whole tiles). Heads first, every head's first tile starts before
-// any head's second: the whole grid longest first within a sequence. Without such a window every
-// tile of a head has the same work, and the grid stays key tiles first.
+// tiles first. The hardware starts a grid's CTAs x fastest. Under a causal mask (a window bounded
+// on the right, not on the left) a key tile's work is proportional to the queries after it, so
+// the earlier tiles are the longer: with the key tiles on x, each head's tiles come longest first
+// but head after head, and the last heads' long tiles start late and leave the other SMs idle at
+// the end (2-7% of the call from 512 to 8k keys at the standard grid's causal points, in a model
+// in whole tiles). Heads first, every head's first tile starts before any head's second: the whole
+// grid longest first within a sequence. Elsewhere the tiles of a head take the same work (no
+// mask), or the order is not measured (windows bounded on both sides), and the grid stays key
+// tiles first; so too past the grid's 65535 on y. The tail launch (single_pass_tail_blocks) runs
+// only without a window, so never beside a heads-first grid.
 inline bool single_pass_heads_first(const BwdParams& p, int key_tiles) {
-  return p.window_right >= 0 && key_tiles <= kMaxGridYZ;
+  return p.window_left < 0 && p.window_right >= 0 && key_tiles <= kMaxGridYZ;
 }
 
 template <bool kScoreMods, int kHeadDim, class Element>
@@ -85,18 +89,19 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     const int tail_blocks =
         std::is_same_v<Tile, Single> ? single_pass_tail_blocks(p, Tile::kBlockN, tail_kernel) : 0;
     const int main_blocks = (p.max_stored_k + Tile::kBlockN - 1) / Tile::kBlockN - tail_blocks;
+    auto launch_main = [&](auto kernel, dim3 grid) {
+      launch_bwd_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+    };
+    // Heads first on the single pass's tile only: the compact one (devices with less shared memory,
+    // A100 at d 64 / 128) has not been timed so.
     bool heads_first = false;
     if constexpr (std::is_same_v<Tile, Single>) {
       heads_first = single_pass_heads_first(p, main_blocks);
       if (heads_first) {
-        launch_bwd_kernel(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true, true>, dim3(p.heads_kv, main_blocks, p.batch),
-                          Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
+        launch_main(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true, true>, dim3(p.heads_kv, main_blocks, p.batch));
       }
     }
-    if (!heads_first) {
-      launch_bwd_kernel(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dim3(main_blocks, p.heads_kv, p.batch),
-                        Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
-    }
+    if (!heads_first) launch_main(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dim3(main_blocks, p.heads_kv, p.batch));
     if (tail_blocks > 0) {
       BwdParams tail = p;
       tail.dkv_first_key = main_blocks * Tile::kBlockN;
