@@ -5,9 +5,11 @@
 # the ratios of the means to A. Carry what scripts/gpu-carry.sh prints; the patches are files of
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
-#                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S] PATCH...
+#                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
+#                     [--bench-args "..."] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
+# --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
 # --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
 # variant (its build then includes the tests), so that a variant's figures come with its
 # correctness.
@@ -21,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --archs) archs="$2"; shift 2 ;;
     --backend) backend="$2"; shift 2 ;;
     --deadline) deadline="$2"; shift 2 ;;
+    --bench-args) bench_args="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -102,6 +105,8 @@ done
 
 bench_flags=(--backend "$backend" --csv --dims "$dims")
 [ $dir = fwd ] && bench_flags+=(--fwd-only)
+read -ra extra_bench_flags <<< "$bench_args"
+bench_flags+=("${extra_bench_flags[@]}")
 # Interleaved by seqlen, the variants' order rotated each round: the GPU's clock drifts over a
 # whole grid's run (d 64 without a mask moved 4% between two runs of the same kernel), and a
 # variant timed after another would carry the drift as a difference.

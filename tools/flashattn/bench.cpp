@@ -43,6 +43,7 @@ const CommandSpec kBench{
      kBackendFlag,
      kThreadsFlag,
      {"fwd-only", nullptr, "skip the backward"},
+     {"deterministic", nullptr, "time the backward in its bitwise-reproducible form"},
      {"warmup", "N", "untimed calls before each measurement (default 1 CPU, 5 GPU)"},
      {"repeat", "N", "timed calls per measurement, median reported (default 3 CPU, 30 GPU)"},
      {"csv", nullptr, "print the table as CSV"}}};
@@ -120,6 +121,8 @@ int bench_command(int argc, char** argv) {
       flags.get_int_list("dims", cpu ? kCpuDims : kGpuDims, 1, kHiddenDim);
   const flashattn_dtype dtype = parse_dtype("dtype", flags.get_string("dtype", "bf16"));
   const bool bwd = !flags.has("fwd-only");
+  if (!bwd && flags.has("deterministic")) throw UsageError("--deterministic times the backward: drop --fwd-only");
+  const bool deterministic = flags.has("deterministic");
 
   std::vector<Row> rows;
   for (bool causal : {false, true}) {
@@ -152,7 +155,7 @@ int bench_command(int argc, char** argv) {
       row->fwd = time_fwd(data, exec);
       if (bwd) {
         progress.step(step, *row, "bwd");
-        row->bwd = time_bwd(data, exec);
+        row->bwd = time_bwd(data, exec, deterministic);
       }
       ++step;
       if (csv) print_csv_row(*row, dtype, used);

@@ -85,12 +85,12 @@ Timing time_fwd(const testing::AttnData& data, const ExecOptions& exec) {
 #endif
 }
 
-Timing time_bwd(const testing::AttnData& data, const ExecOptions& exec) {
+Timing time_bwd(const testing::AttnData& data, const ExecOptions& exec, bool deterministic) {
   const flashattn_backend backend = resolve_backend(exec.backend);
   testing::AttnData work = data;
   work.prepare_backward();
   flashattn_fwd_params fwd = work.fwd_params(backend, exec.threads);
-  flashattn_bwd_params bwd = work.bwd_params(backend, false, exec.threads);
+  flashattn_bwd_params bwd = work.bwd_params(backend, deterministic, exec.threads);
   Timing timing;
   timing.flops = bwd_flops(data);
   auto call = [&] { check_status(flashattn_bwd(&bwd), "flashattn_bwd"); };

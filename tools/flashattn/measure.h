@@ -39,8 +39,9 @@ double bwd_flops(const testing::AttnData& data);
 
 // Times the forward on a private copy of `data` (its outputs are overwritten each call).
 Timing time_fwd(const testing::AttnData& data, const ExecOptions& exec);
-// Runs the forward once for out and lse, then times the backward. `data` must be dense or varlen.
-Timing time_bwd(const testing::AttnData& data, const ExecOptions& exec);
+// Runs the forward once for out and lse, then times the backward (deterministic: its
+// bitwise-reproducible form). `data` must be dense or varlen.
+Timing time_bwd(const testing::AttnData& data, const ExecOptions& exec, bool deterministic = false);
 
 // A failed library call: its status and "<call>: STATUS: <flashattn_last_error()>".
 struct CallError : std::runtime_error {
