@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on the device machine: configure and build (all cores), run the GPU tests (and count
-# the backward's tail launches in the test built for them), the compute-sanitizer subset, the decoding benchmark and the benchmark against PyTorch (its table),
-# then the sm90a forward's SASS check (HGMMA count, spills, serialised wgmma); the last lines are a
-# summary. Writes logs.tar.gz and kernels-sm90a.sass.gz to $OUT.
+# the backward's tail launches in the test built for them), the compute-sanitizer subset, the
+# decoding benchmark and the benchmark against PyTorch (its table), then the sm90a forward's SASS
+# check (HGMMA count, spills, serialised wgmma); the last lines are a summary. Writes logs.tar.gz
+# and kernels-sm90a.sass.gz to $OUT.
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]

@@ -36,10 +36,10 @@ void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, co
 // runs in rounds of half a wave. The count that ends soonest, if that saves at least a quarter
 // wave against the plain launch; 0: no tail launch. (Halves cannot help where more than half a
 // wave is left over: after the whole waves, the leftover halves need two rounds anyway.)
-template <class Kernel>
-int single_pass_tail_blocks(const BwdParams& p, int block_n, Kernel tail_kernel) {
+template <auto kTailKernel>
+int single_pass_tail_blocks(const BwdParams& p, int block_n) {
   if (p.window_left >= 0 || p.window_right >= 0 || p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k ||
-      !kernel_has_sm90_code(tail_kernel)) {
+      !kernel_has_sm90_code<kTailKernel>()) {
     return 0;
   }
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
@@ -85,9 +85,8 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     using Tile = decltype(tile);
     clear_dq_accum(p, stream);
     static_assert(Tile::kOutSplit == 1 && Tail::kOutSplit == 1, "the tail splits whole key blocks");
-    const auto tail_kernel = bwd_dkdv_kernel_sm80<Tail, kScoreMods, true>;
-    const int tail_blocks =
-        std::is_same_v<Tile, Single> ? single_pass_tail_blocks(p, Tile::kBlockN, tail_kernel) : 0;
+    constexpr auto tail_kernel = bwd_dkdv_kernel_sm80<Tail, kScoreMods, true>;
+    const int tail_blocks = std::is_same_v<Tile, Single> ? single_pass_tail_blocks<tail_kernel>(p, Tile::kBlockN) : 0;
     const int main_blocks = (p.max_stored_k + Tile::kBlockN - 1) / Tile::kBlockN - tail_blocks;
     auto launch_main = [&](auto kernel, dim3 grid) {
       launch_bwd_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");

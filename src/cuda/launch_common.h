@@ -61,17 +61,36 @@ void launch_tiled_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, 
   if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, what, " launch: ", cudaGetErrorString(err));
 }
 
-// Whether the code the device runs for kernel was compiled for sm_90 or later (griddepcontrol
-// compiled in): the PTX version it came from, since the binary version of code compiled at load
-// time from an older arch's PTX is the device's.
-template <class Kernel>
-bool kernel_has_sm90_code(Kernel kernel) {
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+// What ask() (a value >= 0) gives for the current device, asked once per device: `known` holds
+// the value plus one per device ordinal (0: not asked yet), for the first kCachedDevices devices.
+constexpr int kCachedDevices = 64;
+template <class Ask>
+int ask_once_per_device(std::atomic<int> (&known)[kCachedDevices], Ask ask) {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaGetDevice: ", cudaGetErrorString(err));
+  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) > 0) {
+    return known[device].load(std::memory_order_relaxed) - 1;
   }
-  return attributes.ptxVersion >= 90;
+  const int value = ask();
+  if (device < kCachedDevices) known[device].store(value + 1, std::memory_order_relaxed);
+  return value;
+}
+
+// Whether the code the current device runs for kKernel was compiled for sm_90 or later
+// (griddepcontrol compiled in): the PTX version it came from, since the binary version of code
+// compiled at load time from an older arch's PTX is the device's. Asked once per device.
+template <auto kKernel>
+bool kernel_has_sm90_code() {
+  static std::atomic<int> known[kCachedDevices] = {};
+  return ask_once_per_device(known, [] {
+           cudaFuncAttributes attributes{};
+           if (cudaFuncGetAttributes(&attributes, kKernel) != cudaSuccess) {
+             cudaGetLastError();
+             return 0;
+           }
+           return attributes.ptxVersion >= 90 ? 1 : 0;
+         }) != 0;
 }
 
 // The launch configuration of a grid of CTAs with `threads` threads and smem_bytes of dynamic shared
@@ -123,24 +142,18 @@ struct ClusterLaunch : AttributedLaunch {
 // on a partition of the GPU with too few SMs), asked once per device (up to kCachedDevices).
 template <auto kKernel, int kCluster>
 int active_clusters(int threads, int smem_bytes, const char* what) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> known[kCachedDevices] = {};  // the count plus one; 0: not asked yet
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "cudaGetDevice: ", cudaGetErrorString(err));
-  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) > 0) {
-    return known[device].load(std::memory_order_relaxed) - 1;
-  }
-  opt_in_shared_memory(kKernel, smem_bytes);
-  const ClusterLaunch<kCluster> launch(1, threads, smem_bytes, nullptr);
-  int clusters = 0;
-  err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    fail(FLASHATTN_CUDA_ERROR, what, ": cudaOccupancyMaxActiveClusters: ", cudaGetErrorString(err));
-  }
-  if (device < kCachedDevices) known[device].store(std::max(clusters, 0) + 1, std::memory_order_relaxed);
-  return std::max(clusters, 0);
+  static std::atomic<int> known[kCachedDevices] = {};
+  return ask_once_per_device(known, [&] {
+    opt_in_shared_memory(kKernel, smem_bytes);
+    const ClusterLaunch<kCluster> launch(1, threads, smem_bytes, nullptr);
+    int clusters = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail(FLASHATTN_CUDA_ERROR, what, ": cudaOccupancyMaxActiveClusters: ", cudaGetErrorString(err));
+    }
+    return std::max(clusters, 0);
+  });
 }
 
 // Launches the persistent kernel kKernel in clusters of kCluster CTAs: as many clusters as the
