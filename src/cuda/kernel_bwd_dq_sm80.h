@@ -16,7 +16,7 @@
 
 namespace flashattn::cuda {
 
-template <class K, bool kScoreMods>
+template <class K, bool kScoreMods, bool kLongestFirst = false>
 __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __grid_constant__ BwdParams p) {
   using Element = typename K::Element;
   using Gemm = typename K::Gemm;
@@ -29,7 +29,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
   auto stage_k = [&](int stage) { return sKV + (2 * stage) * K::kBlockN * K::kSmemStride; };
   auto stage_v = [&](int stage) { return sKV + (2 * stage + 1) * K::kBlockN * K::kSmemStride; };
 
-  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // The CTA's query tile and head: x and y of the grid, or with kLongestFirst y from the last tile
+  // down and x (launch_bwd_sm80.h: under a causal mask the later tiles keep more keys).
+  const int m_block = kLongestFirst ? gridDim.y - 1 - blockIdx.y : blockIdx.x;
+  const int h = kLongestFirst ? blockIdx.x : blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SeqInfo seq = seq_info(p, b);
   const int m_start = m_block * K::kBlockM;

@@ -57,27 +57,26 @@ int single_pass_tail_blocks(const BwdParams& p, int block_n) {
   return best_blocks;
 }
 
-// Whether the single pass's grid runs heads first (kv heads on x, key tiles on y) rather than key
-// tiles first. The hardware starts a grid's CTAs x fastest. Under a causal mask (a window bounded
-// on the right, not on the left) a key tile's work is proportional to the queries after it, so
-// the earlier tiles are the longer: with the key tiles on x, each head's tiles come longest first
-// but head after head, and the last heads' long tiles start late and leave the other SMs idle at
-// the end (2-7% of the call from 512 to 8k keys at the standard grid's causal points, in a model
-// in whole tiles). Heads first, every head's first tile starts before any head's second: the whole
-// grid longest first within a sequence. Elsewhere the tiles of a head take the same work (no
-// mask), or the order is not measured (windows bounded on both sides), and the grid stays key
-// tiles first; so too past the grid's 65535 on y. The tail launch (single_pass_tail_blocks) runs
-// only without a window, so never beside a heads-first grid.
-inline bool single_pass_heads_first(const BwdParams& p, int key_tiles) {
-  return p.window_left < 0 && p.window_right >= 0 && key_tiles <= kMaxGridYZ;
+// Whether a backward grid of `tiles` CTAs per head (key tiles, or query tiles in the dq pass)
+// runs heads first (heads on x, tiles on y) rather than tiles first. The hardware starts a grid's
+// CTAs x fastest. Under a causal mask (a window bounded on the right, not on the left) a key tile's
+// work is proportional to the queries after it and a query tile's to the keys before it: with the
+// tiles on x, each head's tiles come longest first (key tiles) or last (query tiles), head after
+// head, and the last heads' long tiles start late and leave the other SMs idle at the end (2-7% of
+// the single pass from 512 to 8k keys at the standard grid's causal points, in a model in whole
+// tiles; 2-15% for the dq pass). Heads first, and query tiles from the last, every head's longest
+// tile starts before any head's second longest: the whole grid longest first within a sequence.
+// Elsewhere the tiles of a head take the same work (no mask), or the order is not measured
+// (windows bounded on both sides), and the grid stays tiles first; so too past the grid's 65535
+// on y. The single pass's tail launch (single_pass_tail_blocks) runs only without a window, so
+// never beside a heads-first grid.
+inline bool heads_first_grid(const BwdParams& p, int tiles) {
+  return p.window_left < 0 && p.window_right >= 0 && tiles <= kMaxGridYZ;
 }
 
 template <bool kScoreMods, int kHeadDim, class Element>
 void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   using Dq = BwdDqSm80<kHeadDim, Element>;
-  auto dkv_grid = [&](int block_n, int out_split) {
-    return dim3((p.max_stored_k + block_n - 1) / block_n * out_split, p.heads_kv, p.batch);
-  };
   using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass, kScoreMods>;
   using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
   using Tail = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassTail, kScoreMods>;
@@ -95,7 +94,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     // A100 at d 64 / 128) has not been timed so.
     bool heads_first = false;
     if constexpr (std::is_same_v<Tile, Single>) {
-      heads_first = single_pass_heads_first(p, main_blocks);
+      heads_first = heads_first_grid(p, main_blocks);
       if (heads_first) {
         launch_main(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true, true>, dim3(p.heads_kv, main_blocks, p.batch));
       }
@@ -118,11 +117,22 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     }
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;
-  launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>,
-                    dim3((p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, p.batch),
-                    Dq::kThreads, Dq::kSmemBytes, p, stream, "backward dq kernel");
-  launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, dkv_grid(Dkv::kBlockN, Dkv::kOutSplit),
-                    Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
+  const int q_tiles = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;
+  if (heads_first_grid(p, q_tiles)) {
+    launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods, true>, dim3(p.heads_q, q_tiles, p.batch), Dq::kThreads,
+                      Dq::kSmemBytes, p, stream, "backward dq kernel");
+  } else {
+    launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>, dim3(q_tiles, p.heads_q, p.batch), Dq::kThreads,
+                      Dq::kSmemBytes, p, stream, "backward dq kernel");
+  }
+  const int dkv_tiles = (p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit;
+  if (heads_first_grid(p, dkv_tiles)) {
+    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false, true>, dim3(p.heads_kv, dkv_tiles, p.batch),
+                      Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
+  } else {
+    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, dim3(dkv_tiles, p.heads_kv, p.batch),
+                      Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
+  }
 }
 
 // Whether the backward's tile shapes at kHeadDim are well formed: naming each shape's kSmemBytes
