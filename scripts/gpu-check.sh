@@ -167,8 +167,8 @@ if [ -n "$sustained" ]; then
   note "sustained $sustained: $(tail -n +3 "$out/sustained.txt" | wc -l) points"
 fi
 
-# name, kernel regex, command: the first matching launch, details and per-instruction SASS (where
-# nothing matched, the names of the command's kernels instead).
+# name, kernel regex, command: the first matching launch, details, per-instruction SASS and every raw
+# metric (where nothing matched, the names of the command's kernels instead).
 profile_kernel() {
   timeout 240 ncu --clock-control none --set full --import-source no --kernel-name "regex:$2" \
     --launch-skip "${launch_skip:-0}" --launch-count 1 -f -o "$out/prof-$1" "${@:3}" > "$out/prof-$1.log" 2>&1
@@ -179,6 +179,7 @@ profile_kernel() {
   fi
   ncu -i "$out/prof-$1.ncu-rep" --page details > "$out/prof-$1-details.txt" 2>&1
   ncu -i "$out/prof-$1.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip > "$out/prof-$1-sass.csv.gz"
+  ncu -i "$out/prof-$1.ncu-rep" --page raw --csv 2>&1 | gzip > "$out/prof-$1-raw.csv.gz"
   rm -f "$out/prof-$1.ncu-rep"
   note "profile $1: $(grep -E '^ +Duration' "$out/prof-$1-details.txt" | head -1 | tr -s ' ')"
 }
