@@ -38,6 +38,19 @@ def batch_ms(fn, repeat, backend=None):
     return start.elapsed_time(end) / repeat
 
 
+def call_ms(fn, repeat, backend=None):
+    """The time of each of `repeat` back-to-back calls: an event between each two (recording one waits
+    for nothing, so the calls still run back to back)."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        events[0].record()
+        for event in events[1:]:
+            fn()
+            event.record()
+    events[-1].synchronize()
+    return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
+
+
 def median_batch_ms(fn, rounds, repeat):
     batch_ms(fn, 3)  # warm-up
     return statistics.median(batch_ms(fn, repeat) for _ in range(rounds))
@@ -105,6 +118,9 @@ def main():
                         help="inputs N(0, 1) (torch.randn) or uniform in [-1, 1] (as `flashattn bench`)")
     parser.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
                         help="the memory order of q, k, v (bshd: as `flashattn bench`; the peers get views)")
+    parser.add_argument("--per-call", action="store_true",
+                        help="time each call of a batch too (an event between calls) and print, per library, "
+                             "each position's median over the rounds: whether a batch's first calls differ")
     args = parser.parse_args()
     lib = fc.Library(args.lib)
     torch.manual_seed(0)
@@ -140,6 +156,7 @@ def main():
                             fns[name] = (lambda o=o: torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True),
                                          backend)
                     times = {name: [] for name in fns}
+                    per_call = {name: [] for name in fns}  # with --per-call: each round's call times
                     for name, (fn, backend) in fns.items():  # warm-up
                         try:
                             batch_ms(fn, 3, backend)
@@ -150,7 +167,13 @@ def main():
                     for r in range(args.rounds):
                         for name in names[r % len(names):] + names[:r % len(names)]:
                             fn, backend = fns[name]
-                            if times[name] is not None:
+                            if times[name] is None:
+                                continue
+                            if args.per_call:
+                                calls = call_ms(fn, args.repeat, backend)
+                                per_call[name].append(calls)
+                                times[name].append(statistics.fmean(calls))
+                            else:
                                 times[name].append(batch_ms(fn, args.repeat, backend))
                     flops = attention_flops(batch, heads, seqlen, d, causal, backward=direction == "bwd")
                     tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
@@ -159,6 +182,11 @@ def main():
                     print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {fa2:>7.1f} {cudnn:>7.1f} "
                           f"{ours_tf / fa2:>6.3f} {ours_tf / cudnn:>7.3f} "
                           f"{100 * ours_tf / gemm:>6.1f}", flush=True)
+                    for name, rounds in per_call.items():
+                        if rounds:
+                            medians = (statistics.median(r[i] for r in rounds) for i in range(args.repeat))
+                            print(f"#   {name} per call (ms, median of {len(rounds)} rounds): "
+                                  + " ".join(f"{ms:.3f}" for ms in medians), flush=True)
                     del ours, fns, q, k, v, dout, out, lse, grads
                     torch.cuda.empty_cache()
 
