@@ -6,13 +6,17 @@ tokens, heads * d = 2048, bf16), timed in alternation: per point, `rounds` round
 calls is hidden as in an engine's stream), each library's time the median of its rounds. Alternating
 within a point keeps the GPU's clock drift (its temperature follows the last minutes of work) from
 favouring whichever library a grid-by-grid comparison runs first. The order rotates each round, so
-that no library always follows the same one: under the power cap a batch may start at the clock the
-previous library's batch left (rotating did not bring our backward's d 128 burst figures, 1-5% under
-FA2's, to its sustained ones, 2-5% over: docs/performance.md, scripts/bench_sustained.py). The forward of
-the peers is timed on tensors that do not require gradients (their fastest, inference kernels); ours
-writes lse as well. Prints the bf16 GEMM rate and a table. Runs on the device machine only."""
+that no library always follows the same one. Each timed batch follows, with no gap, untimed calls of
+the same library for about --warmup-ms: under the power cap a batch starts at the clock the previous
+library's batch left, and the calls timed one by one (--per-call; d 128, 16k keys) showed our
+backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones without a mask
+(FA2's 3 / 0 / 0%), and both ramping over 60-80 ms under a causal mask (docs/performance.md): without
+the warm-up a batch times the previous library's power draw as much as its own. The forward of the peers is timed on tensors that do not require gradients (their
+fastest, inference kernels); ours writes lse as well. Prints the bf16 GEMM rate and a table. Runs on
+the device machine only."""
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -26,10 +30,13 @@ import flashattn_ctypes as fc  # noqa: E402
 from bench_torch import BACKENDS, GEMM_FLOPS, attention_flops, gemm_ms  # noqa: E402
 
 
-def batch_ms(fn, repeat, backend=None):
-    """Mean time of `repeat` back-to-back calls, one pair of events around them."""
+def batch_ms(fn, repeat, backend=None, warmup=0):
+    """Mean time of `repeat` back-to-back calls, one pair of events around them, after `warmup` untimed
+    calls that run right before them."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        for _ in range(warmup):
+            fn()
         start.record()
         for _ in range(repeat):
             fn()
@@ -38,11 +45,13 @@ def batch_ms(fn, repeat, backend=None):
     return start.elapsed_time(end) / repeat
 
 
-def call_ms(fn, repeat, backend=None):
-    """The time of each of `repeat` back-to-back calls: an event between each two (recording one waits
-    for nothing, so the calls still run back to back)."""
+def call_ms(fn, repeat, backend=None, warmup=0):
+    """The time of each of `repeat` back-to-back calls (after `warmup` untimed ones, as batch_ms): an
+    event between each two (recording one waits for nothing, so the calls still run back to back)."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(repeat + 1)]
     with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        for _ in range(warmup):
+            fn()
         events[0].record()
         for event in events[1:]:
             fn()
@@ -118,6 +127,9 @@ def main():
                         help="inputs N(0, 1) (torch.randn) or uniform in [-1, 1] (as `flashattn bench`)")
     parser.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
                         help="the memory order of q, k, v (bshd: as `flashattn bench`; the peers get views)")
+    parser.add_argument("--warmup-ms", type=float, default=100.0,
+                        help="untimed calls of the same library, about this many ms of them, right before each "
+                             "timed batch (0: none; the batch then starts at the clock the previous library left)")
     parser.add_argument("--per-call", action="store_true",
                         help="time each call of a batch too (an event between calls) and print, per library, "
                              "each position's median over the rounds: whether a batch's first calls differ")
@@ -128,7 +140,8 @@ def main():
     gemm = GEMM_FLOPS / gemm_ms(lambda fn: median_batch_ms(fn, args.rounds, args.repeat)) / 1e9
     print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s")
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
-          f"alternation; flashattn backend {args.backend}; inputs {args.data}, {args.layout}")
+          f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
+          f"{args.backend}; inputs {args.data}, {args.layout}")
     print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
           f"{'x cudnn':>7} {'% gemm':>6}", flush=True)
     directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
@@ -157,9 +170,11 @@ def main():
                                          backend)
                     times = {name: [] for name in fns}
                     per_call = {name: [] for name in fns}  # with --per-call: each round's call times
-                    for name, (fn, backend) in fns.items():  # warm-up
+                    warmup = {}  # untimed calls before each of a library's batches (--warmup-ms)
+                    for name, (fn, backend) in fns.items():  # warm-up, and the length of one call
                         try:
-                            batch_ms(fn, 3, backend)
+                            ms = batch_ms(fn, 3, backend)
+                            warmup[name] = math.ceil(args.warmup_ms / ms) if args.warmup_ms > 0 else 0
                         except RuntimeError as e:  # a peer that refuses a shape
                             print(f"# {name}: {str(e)[:80]}", file=sys.stderr)
                             times[name] = None
@@ -170,11 +185,11 @@ def main():
                             if times[name] is None:
                                 continue
                             if args.per_call:
-                                calls = call_ms(fn, args.repeat, backend)
+                                calls = call_ms(fn, args.repeat, backend, warmup[name])
                                 per_call[name].append(calls)
                                 times[name].append(statistics.fmean(calls))
                             else:
-                                times[name].append(batch_ms(fn, args.repeat, backend))
+                                times[name].append(batch_ms(fn, args.repeat, backend, warmup[name]))
                     flops = attention_flops(batch, heads, seqlen, d, causal, backward=direction == "bwd")
                     tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
                               for name, t in times.items()}
