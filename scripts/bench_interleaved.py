@@ -130,6 +130,9 @@ def main():
     parser.add_argument("--warmup-ms", type=float, default=100.0,
                         help="untimed calls of the same library, about this many ms of them, right before each "
                              "timed batch (0: none; the batch then starts at the clock the previous library left)")
+    parser.add_argument("--sm80", action="store_true",
+                        help="also our cuda-sm80 backend's forward (the A100-class kernels on this GPU), in two more "
+                             "columns (the backward is the same kernel on either backend)")
     parser.add_argument("--per-call", action="store_true",
                         help="time each call of a batch too (an event between calls) and print, per library, "
                              "each position's median over the rounds: whether a batch's first calls differ")
@@ -142,8 +145,9 @@ def main():
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
           f"{args.backend}; inputs {args.data}, {args.layout}")
+    sm80_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
     print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
-          f"{'x cudnn':>7} {'% gemm':>6}", flush=True)
+          f"{'x cudnn':>7} {'% gemm':>6}{sm80_header}", flush=True)
     directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
     for direction in directions:
         for causal in (False, True):
@@ -158,6 +162,9 @@ def main():
                     ours = Ours(lib, args.backend, q, k, v, out, lse, dout, *grads, causal)
                     fns = {"flashattn": (lambda: ours.run(direction), None)}
                     if direction == "fwd":
+                        if args.sm80:
+                            sm80 = Ours(lib, "cuda-sm80", q, k, v, out, lse, None, None, None, None, causal)
+                            fns["flashattn-sm80"] = (lambda: sm80.run("fwd"), None)
                         for name, backend in BACKENDS.items():
                             fns[name] = (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), backend)
                     else:
@@ -194,15 +201,18 @@ def main():
                     tflops = {name: flops / statistics.median(t) / 1e9 if t else float("nan")
                               for name, t in times.items()}
                     ours_tf, fa2, cudnn = tflops["flashattn"], tflops["torch-fa2"], tflops["torch-cudnn"]
+                    sm80_tf = tflops.get("flashattn-sm80", float("nan"))
+                    sm80_columns = f" {sm80_tf:>7.1f} {sm80_tf / fa2:>10.3f}" if args.sm80 else ""
                     print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {fa2:>7.1f} {cudnn:>7.1f} "
                           f"{ours_tf / fa2:>6.3f} {ours_tf / cudnn:>7.3f} "
-                          f"{100 * ours_tf / gemm:>6.1f}", flush=True)
+                          f"{100 * ours_tf / gemm:>6.1f}{sm80_columns}", flush=True)
                     for name, rounds in per_call.items():
                         if rounds:
                             medians = (statistics.median(r[i] for r in rounds) for i in range(args.repeat))
                             print(f"#   {name} per call (ms, median of {len(rounds)} rounds): "
                                   + " ".join(f"{ms:.3f}" for ms in medians), flush=True)
                     del ours, fns, q, k, v, dout, out, lse, grads
+                    sm80 = None
                     torch.cuda.empty_cache()
 
 

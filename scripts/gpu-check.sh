@@ -17,8 +17,8 @@
 # minutes of one grid weighs on every column alike (default 1).
 # --interleaved: instead, scripts/bench_interleaved.py: our library (through its C API), FA2 and
 # cuDNN on the same tensors, alternating at every point (with --bench-bwd the backward too; the
-# decoding table, --bench-sm80 and --no-peers do not apply: run the script with --backend cuda-sm80
-# for the sm80 forward).
+# decoding table, --bench-sm80 and --no-peers do not apply: --bench-args "--sm80" adds the sm80
+# forward's columns).
 # --sustained: also scripts/bench_sustained.py in that direction (ours against cuDNN's forward or
 # FA2's backward in half-second batches, at the clock the power cap allows; d 64 / 128 / 256, 8k and
 # 16k keys, both masks).
