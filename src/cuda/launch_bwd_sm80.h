@@ -23,7 +23,7 @@ namespace flashattn::cuda {
 template <class Kernel>
 void launch_bwd_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, const BwdParams& p,
                        cudaStream_t stream, const char* what) {
-  // No query (key) rows: nothing for this pass to write (a heads-first grid has its key tiles on y).
+  // No query (key) rows: nothing for this pass to write (a heads-first grid has its tiles on y).
   if (grid.x == 0 || grid.y == 0) return;
   launch_tiled_kernel(kernel, grid, threads, smem_bytes, p, stream, what);
 }
