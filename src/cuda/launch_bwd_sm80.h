@@ -74,6 +74,20 @@ inline bool heads_first_grid(const BwdParams& p, int tiles) {
   return p.window_left < 0 && p.window_right >= 0 && tiles <= kMaxGridYZ;
 }
 
+// One backward pass of `tiles` CTAs per head over `heads` heads and the sequences: kHeadsFirst's
+// grid (heads, tiles, sequences) where heads_first_grid says so, else kPlain's (tiles, heads,
+// sequences). kHeadsFirst nullptr: always the plain order.
+template <auto kPlain, auto kHeadsFirst>
+void launch_bwd_grid(const BwdParams& p, int tiles, int heads, int threads, int smem_bytes, cudaStream_t stream,
+                     const char* what) {
+  if constexpr (kHeadsFirst != nullptr) {
+    if (heads_first_grid(p, tiles)) {
+      return launch_bwd_kernel(kHeadsFirst, dim3(heads, tiles, p.batch), threads, smem_bytes, p, stream, what);
+    }
+  }
+  launch_bwd_kernel(kPlain, dim3(tiles, heads, p.batch), threads, smem_bytes, p, stream, what);
+}
+
 template <bool kScoreMods, int kHeadDim, class Element>
 void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   using Dq = BwdDqSm80<kHeadDim, Element>;
@@ -87,19 +101,17 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     constexpr auto tail_kernel = bwd_dkdv_kernel_sm80<Tail, kScoreMods, true>;
     const int tail_blocks = std::is_same_v<Tile, Single> ? single_pass_tail_blocks<tail_kernel>(p, Tile::kBlockN) : 0;
     const int main_blocks = (p.max_stored_k + Tile::kBlockN - 1) / Tile::kBlockN - tail_blocks;
-    auto launch_main = [&](auto kernel, dim3 grid) {
-      launch_bwd_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, p, stream, "backward dk/dv/dq kernel");
-    };
     // Heads first on the single pass's tile only: the compact one (devices with less shared memory,
     // A100 at d 64 / 128) has not been timed so.
-    bool heads_first = false;
-    if constexpr (std::is_same_v<Tile, Single>) {
-      heads_first = heads_first_grid(p, main_blocks);
-      if (heads_first) {
-        launch_main(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true, true>, dim3(p.heads_kv, main_blocks, p.batch));
+    constexpr auto heads_first_kernel = [] {
+      if constexpr (std::is_same_v<Tile, Single>) {
+        return bwd_dkdv_kernel_sm80<Tile, kScoreMods, true, true>;
+      } else {
+        return nullptr;
       }
-    }
-    if (!heads_first) launch_main(bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, dim3(main_blocks, p.heads_kv, p.batch));
+    }();
+    launch_bwd_grid<bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, heads_first_kernel>(
+        p, main_blocks, p.heads_kv, Tile::kThreads, Tile::kSmemBytes, stream, "backward dk/dv/dq kernel");
     if (tail_blocks > 0) {
       BwdParams tail = p;
       tail.dkv_first_key = main_blocks * Tile::kBlockN;
@@ -117,22 +129,12 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     }
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;
-  const int q_tiles = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;
-  if (heads_first_grid(p, q_tiles)) {
-    launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods, true>, dim3(p.heads_q, q_tiles, p.batch), Dq::kThreads,
-                      Dq::kSmemBytes, p, stream, "backward dq kernel");
-  } else {
-    launch_bwd_kernel(bwd_dq_kernel_sm80<Dq, kScoreMods>, dim3(q_tiles, p.heads_q, p.batch), Dq::kThreads,
-                      Dq::kSmemBytes, p, stream, "backward dq kernel");
-  }
-  const int dkv_tiles = (p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit;
-  if (heads_first_grid(p, dkv_tiles)) {
-    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false, true>, dim3(p.heads_kv, dkv_tiles, p.batch),
-                      Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
-  } else {
-    launch_bwd_kernel(bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, dim3(dkv_tiles, p.heads_kv, p.batch),
-                      Dkv::kThreads, Dkv::kSmemBytes, p, stream, "backward dk/dv kernel");
-  }
+  launch_bwd_grid<bwd_dq_kernel_sm80<Dq, kScoreMods>, bwd_dq_kernel_sm80<Dq, kScoreMods, true>>(
+      p, (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, Dq::kThreads, Dq::kSmemBytes, stream,
+      "backward dq kernel");
+  launch_bwd_grid<bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false, true>>(
+      p, (p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit, p.heads_kv, Dkv::kThreads,
+      Dkv::kSmemBytes, stream, "backward dk/dv kernel");
 }
 
 // Whether the backward's tile shapes at kHeadDim are well formed: naming each shape's kSmemBytes
