@@ -7,7 +7,7 @@
 # Carry what scripts/gpu-carry.sh prints. Usage:
 #   scripts/gpu-check.sh [--dims "64;128;256"] [--dtypes "bf16;f16"] [--tests FILTER] [--no-tests]
 #                        [--no-sanitizer] [--no-bench] [--bench-bwd] [--bench-sm80] [--no-peers]
-#                        [--profile D,SEQLEN[,fwd|bwd|both[,causal]]]... [--fwd-only] [--rounds N]
+#                        [--profile D,SEQLEN[,fwd|bwd|both|fwd-sm80[,causal]]]... [--fwd-only] [--rounds N]
 #                        [--interleaved] [--sustained fwd|bwd] [--bench-args ARGS] [--sustained-args ARGS]
 # --bench-sm80: also the sm80 forward on a Hopper GPU (the cuda backend's forward is the sm90a one).
 # --no-peers: the benchmark without PyTorch's backends (their columns print nan).
@@ -28,7 +28,8 @@
 # --profile: Nsight Compute (full set, per-instruction stall samples) at one bf16 point of the
 # standard grid (non-causal unless `causal`): our forward (the cuda backend's: sm90a on a Hopper
 # GPU) and PyTorch's FlashAttention-2 and cuDNN forward kernels, our backward and
-# FlashAttention-2's (fwd / bwd: one direction only). May be given several times.
+# FlashAttention-2's (fwd / bwd: one direction only; fwd-sm80: our sm80 forward and FlashAttention-2's
+# forward alone). May be given several times.
 # The logs are packed into $OUT/logs.tar.gz (a device call returns at most 8 files); each step has
 # a time limit so that one hang still leaves the logs and the summary of the others.
 set -uo pipefail
@@ -201,12 +202,15 @@ for spec in $profile; do
   fwd_skip=0 bwd_skip=0 is_causal=False
   [ "$mask" = causal ] && fwd_skip=2 bwd_skip=1 is_causal=True
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
-  if [ "${dir:-both}" != bwd ]; then
+  if [ "$dir" = fwd-sm80 ]; then
+    launch_skip=$(( fwd_skip / 2 )) profile_kernel "ours-fwd-sm80-$at" "fwd_kernel_sm80" "${ours[@]/#cuda/cuda-sm80}" --fwd-only
+    profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION False)"
+  elif [ "${dir:-both}" != bwd ]; then
     launch_skip=$fwd_skip profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
     profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"
     profile_kernel "cudnn-fwd-$at" "sdpa|fmha|fprop" python3 -c "$(torch_step CUDNN_ATTENTION False)"
   fi
-  if [ "${dir:-both}" != fwd ]; then
+  if [ "${dir:-both}" = bwd ] || [ "${dir:-both}" = both ]; then
     launch_skip=$bwd_skip profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
     profile_kernel "fa2-bwd-$at" "flash_bwd_dq_dk_dv" python3 -c "$(torch_step FLASH_ATTENTION True)"
   fi

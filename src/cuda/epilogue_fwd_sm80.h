@@ -30,9 +30,15 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
       const float sum = softmax.sum(mt, half);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const int r = warp_row0 + mt * 16 + o.g + 8 * half;
+      // Column groups dt and dt + 8 of a row lie 64 elements apart, past the swizzle's bits, so
+      // eight addresses serve the row: each store an immediate offset from one of them.
+      constexpr int kGroups = K::kDTiles < 8 ? K::kDTiles : 8;
+      Element* group[kGroups];
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) group[j] = smem + K::Rows::offset(r, j * 8 + 2 * o.t);
 #pragma unroll
       for (int dt = 0; dt < K::kDTiles; ++dt) {
-        *reinterpret_cast<uint32_t*>(smem + K::Rows::offset(r, dt * 8 + 2 * o.t)) =
+        *reinterpret_cast<uint32_t*>(group[dt % kGroups] + dt / kGroups * kGroups * 8) =
             pack2<Element>(acc_o[mt][dt][2 * half] * inv, acc_o[mt][dt][2 * half + 1] * inv);
       }
       if (p.lse != nullptr && o.t == 0 && r < m_rows) {
@@ -44,13 +50,29 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
   }
   __syncthreads();
   Element* out = static_cast<Element*>(p.out);
-  for (int c = threadIdx.x; c < K::kBlockM * K::kChunksPerRow; c += K::kThreads) {
-    const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
-    if (r >= m_rows || col >= p.d_v) continue;
-    const int64_t offset = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
-                                        p.out_row_stride, p.out_head_stride);
-    *reinterpret_cast<uint4*>(out + offset + col) =
-        *reinterpret_cast<const uint4*>(smem + K::Rows::offset(r, col));
+  constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
+  if constexpr (K::kThreads % K::kChunksPerRow == 0 && K::kBlockM % kRowsPerPass == 0) {
+    // As load_rows_async: one column per thread, its rows by increments.
+    const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
+    const RowPasses<typename K::Rows, kRowsPerPass, const Element> src(smem, r, col);
+    Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
+                                      p.out_row_stride, p.out_head_stride) + col;
+#pragma unroll
+    for (int pass = 0; pass < K::kBlockM / kRowsPerPass; ++pass) {
+      if (col < p.d_v && r + pass * kRowsPerPass < m_rows) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src(pass));
+      }
+      dst += kRowsPerPass * p.out_row_stride;
+    }
+  } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
+    for (int c = threadIdx.x; c < K::kBlockM * K::kChunksPerRow; c += K::kThreads) {
+      const int r = c / K::kChunksPerRow, col = (c % K::kChunksPerRow) * 8;
+      if (r >= m_rows || col >= p.d_v) continue;
+      const int64_t offset = q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
+                                          p.out_row_stride, p.out_head_stride);
+      *reinterpret_cast<uint4*>(out + offset + col) =
+          *reinterpret_cast<const uint4*>(smem + K::Rows::offset(r, col));
+    }
   }
 }
 
