@@ -202,18 +202,23 @@ for spec in $profile; do
   fwd_skip=0 bwd_skip=0 is_causal=False
   [ "$mask" = causal ] && fwd_skip=2 bwd_skip=1 is_causal=True
   ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
-  if [ "$dir" = fwd-sm80 ]; then
-    launch_skip=$(( fwd_skip / 2 )) profile_kernel "ours-fwd-sm80-$at" "fwd_kernel_sm80" "${ours[@]/#cuda/cuda-sm80}" --fwd-only
-    profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION False)"
-  elif [ "${dir:-both}" != bwd ]; then
-    launch_skip=$fwd_skip profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
-    profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"
-    profile_kernel "cudnn-fwd-$at" "sdpa|fmha|fprop" python3 -c "$(torch_step CUDNN_ATTENTION False)"
-  fi
-  if [ "${dir:-both}" = bwd ] || [ "${dir:-both}" = both ]; then
-    launch_skip=$bwd_skip profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
-    profile_kernel "fa2-bwd-$at" "flash_bwd_dq_dk_dv" python3 -c "$(torch_step FLASH_ATTENTION True)"
-  fi
+  case "${dir:-both}" in
+    fwd-sm80)
+      # With --fwd-only each point makes one forward launch, so the causal point skips one.
+      launch_skip=$(( fwd_skip / 2 )) profile_kernel "ours-fwd-sm80-$at" "fwd_kernel_sm80" "${ours[@]/#cuda/cuda-sm80}" --fwd-only
+      profile_kernel "fa2-fwd-inf-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION False)" ;;
+    fwd|bwd|both)
+      if [ "${dir:-both}" != bwd ]; then
+        launch_skip=$fwd_skip profile_kernel "ours-fwd-$at" "fwd_kernel_sm" "${ours[@]}"  # sm90a on a Hopper GPU, else sm80
+        profile_kernel "fa2-fwd-$at" "flash_fwd_kernel" python3 -c "$(torch_step FLASH_ATTENTION True)"
+        profile_kernel "cudnn-fwd-$at" "sdpa|fmha|fprop" python3 -c "$(torch_step CUDNN_ATTENTION False)"
+      fi
+      if [ "${dir:-both}" != fwd ]; then
+        launch_skip=$bwd_skip profile_kernel "ours-bwd-$at" "bwd_dkdv_kernel_sm80" "${ours[@]}"
+        profile_kernel "fa2-bwd-$at" "flash_bwd_dq_dk_dv" python3 -c "$(torch_step FLASH_ATTENTION True)"
+      fi ;;
+    *) note "profile $spec: unknown direction $dir (fwd, bwd, both or fwd-sm80)" ;;
+  esac
 done
 
 # The sm_90a SASS of the kernels, for reading offline, and the sm90a forward's check: wgmma in

@@ -31,7 +31,7 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const int r = warp_row0 + mt * 16 + o.g + 8 * half;
       // Column groups dt and dt + 8 of a row lie 64 elements apart, past the swizzle's bits, so
-      // eight addresses serve the row: each store an immediate offset from one of them.
+      // eight addresses (four at d 32) serve the row: each store an immediate offset from one.
       constexpr int kGroups = K::kDTiles < 8 ? K::kDTiles : 8;
       Element* group[kGroups];
 #pragma unroll
@@ -52,7 +52,8 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
   Element* out = static_cast<Element*>(p.out);
   constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
   if constexpr (K::kThreads % K::kChunksPerRow == 0 && K::kBlockM % kRowsPerPass == 0) {
-    // As load_rows_async: one column per thread, its rows by increments.
+    // As load_rows_async: one column per thread, its rows by increments (the pointer of a row
+    // past the tile's is formed, never dereferenced).
     const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
     const RowPasses<typename K::Rows, kRowsPerPass, const Element> src(smem, r, col);
     Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,

@@ -44,7 +44,7 @@ template <> struct FwdTileSm80<128> {
 };
 // d > 128: O alone is 80..128 floats per m-tile, so one m-tile per warp: 4 warps, 64 x 64 tiles
 // (260 TFLOP/s at d 256, 16k, against 250 with 8 warps and 214 with 32-key tiles; 8 warps again
-// in v8: 0.88-0.98x, and neither kMaxSlack 8 nor kRoundPEarly gained at d 256, 0.98-1.01x).
+// in v8a: 0.88-0.98x, and neither kMaxSlack 8 nor kRoundPEarly gained at d 256, 0.98-1.01x).
 template <int kHeadDim>
 struct FwdTileSm80Wide {
   static constexpr int kWarps = 4, kWarpMTiles = 1, kBlockN = 64;
@@ -134,7 +134,8 @@ template <> struct FwdTileSm90<64> {
 // Neither a shorter softmax span (the exponentials before the row max: 0.97-1.00x, v27) nor key
 // tiles in a rotated order (0.95-0.97x, v28) gained: from 8k keys sustained runs are held by
 // the GPU's power cap (docs/performance.md). Nor did a wide tile of three warpgroups without turns
-// at d 128 (80- or 64-key tiles, 192 rows): 0.93-0.98x without a mask from 2k, 0.85 at 512 (v32).
+// at d 128 (80- or 64-key tiles, 192 rows): 0.93-0.98x without a mask from 2k, 0.85-0.87 at 512
+// (v32).
 template <> struct FwdTileSm90<96> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
