@@ -14,7 +14,7 @@ a batch 19 / 11 / 3.5% slower than its last ones without a mask (FA2's 3 / 0 / 0
 ramping over 60-80 ms under a causal mask (docs/performance.md): without the warm-up a batch times
 the previous library's power draw as much as its own. The forward of the peers is timed on tensors
 that do not require gradients (their fastest, inference kernels); ours writes lse as well. Prints
-the bf16 GEMM rate and a table. Runs on the device machine only."""
+the bf16 GEMM rate (its batches warmed up alike) and a table. Runs on the device machine only."""
 import argparse
 import contextlib
 import math
@@ -61,9 +61,17 @@ def call_ms(fn, repeat, backend=None, warmup=0):
     return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
 
 
-def median_batch_ms(fn, rounds, repeat):
-    batch_ms(fn, 3)  # warm-up
-    return statistics.median(batch_ms(fn, repeat) for _ in range(rounds))
+def warmup_calls(fn, warmup_ms, backend=None):
+    """Untimed calls that fill about warmup_ms before a batch, from the length of one warm call (after a
+    throw-away batch, where a new shape's one-time host work runs: cuDNN builds its graph)."""
+    batch_ms(fn, 3, backend)
+    return math.ceil(warmup_ms / batch_ms(fn, 3, backend)) if warmup_ms > 0 else 0
+
+
+def median_batch_ms(fn, rounds, repeat, warmup_ms):
+    """The median over rounds of batch_ms, each batch after about warmup_ms of the same calls."""
+    warmup = warmup_calls(fn, warmup_ms)
+    return statistics.median(batch_ms(fn, repeat, warmup=warmup) for _ in range(rounds))
 
 
 def make_input(shape, data, layout):
@@ -141,8 +149,10 @@ def main():
     lib = fc.Library(args.lib)
     torch.manual_seed(0)
 
-    gemm = GEMM_FLOPS / gemm_ms(lambda fn: median_batch_ms(fn, args.rounds, args.repeat)) / 1e9
-    print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s")
+    # The GEMM timed as the libraries are, each batch after about --warmup-ms of its own calls, so that
+    # the % gemm column compares rates at the same power state.
+    gemm = GEMM_FLOPS / gemm_ms(lambda fn: median_batch_ms(fn, args.rounds, args.repeat, args.warmup_ms)) / 1e9
+    print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s (each batch after about {args.warmup_ms:g} ms of its own calls)")
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
           f"{args.backend}; inputs {args.data}, {args.layout}")
@@ -179,11 +189,9 @@ def main():
                     times = {name: [] for name in fns}
                     per_call = {name: [] for name in fns}  # with --per-call: each round's call times
                     warmup = {}  # untimed calls before each of a library's batches (--warmup-ms)
-                    for name, (fn, backend) in fns.items():  # warm-up, then the length of one warm call
+                    for name, (fn, backend) in fns.items():
                         try:
-                            batch_ms(fn, 3, backend)  # a new shape's one-time host work (cuDNN's graph) here
-                            ms = batch_ms(fn, 3, backend)
-                            warmup[name] = math.ceil(args.warmup_ms / ms) if args.warmup_ms > 0 else 0
+                            warmup[name] = warmup_calls(fn, args.warmup_ms, backend)
                         except RuntimeError as e:  # a peer that refuses a shape
                             print(f"# {name}: {str(e)[:80]}", file=sys.stderr)
                             times[name] = None
