@@ -55,11 +55,11 @@ struct SmemRows {
 // Rows r + pass * kRowsPerPass (pass = 0, 1, ...) at column col of a tile, where each of a CTA's
 // copy passes moves kRowsPerPass rows: row r + pass * kRowsPerPass has the swizzle of row
 // r + (pass * kRowsPerPass) % 8, so the passes cycle through 8 / kRowsPerPass phases (one with a
-// multiple of 8 rows per pass, or unswizzled rows), each a base pointer plus a constant per pass. (Row by row, the compiler
-// recomputed every pass's swizzle: 11 instructions per 16-byte copy at d 256, 4 rows per pass of
-// 128 threads, against 4 at d 128. Copies in column blocks from one pointer per pass of 8 rows,
-// FlashAttention-2's shape, issued fewer instructions still but ran 1-3% slower at d 256: sm80
-// forward v9.)
+// multiple of 8 rows per pass, or unswizzled rows), each a base pointer plus a constant per pass.
+// (Row by row, the compiler recomputed every pass's swizzle: 11 instructions per 16-byte copy at
+// d 256, 4 rows per pass of 128 threads, against 4 at d 128. Copies in column blocks from one
+// pointer per pass of 8 rows, FlashAttention-2's shape, issued fewer instructions still but ran
+// 1-3% slower at d 256: sm80 forward v9.)
 template <class Rows, int kRowsPerPass, class T>
 struct RowPasses {
   static constexpr bool kOnePhase = !Rows::kSwizzled || kRowsPerPass % 8 == 0;
@@ -69,7 +69,8 @@ struct RowPasses {
   __device__ __forceinline__ RowPasses(T* tile, int r, int col) {
 #pragma unroll
     for (int ph = 0; ph < kPhases; ++ph) {
-      base[ph] = tile + Rows::offset(r + ph * kRowsPerPass, col) - ph * kRowsPerPass * Rows::kStride;
+      const int row = r + ph * kRowsPerPass;
+      base[ph] = tile + Rows::offset(row, col) - ph * kRowsPerPass * Rows::kStride;
     }
   }
   __device__ __forceinline__ T* operator()(int pass) const {
