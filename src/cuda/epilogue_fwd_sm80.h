@@ -50,20 +50,19 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
   }
   __syncthreads();
   Element* out = static_cast<Element*>(p.out);
-  constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
-  if constexpr (K::kThreads % K::kChunksPerRow == 0 && K::kBlockM % kRowsPerPass == 0) {
+  using Passes = RowPasses<K, K::kBlockM, const Element>;
+  if constexpr (Passes::kApplies) {
     // As load_rows_async: one column per thread, its rows by increments (the pointer of a row
     // past the tile's is formed, never dereferenced).
-    const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
-    const RowPasses<typename K::Rows, kRowsPerPass, const Element> src(smem, r, col);
-    Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + r, h, p.out_batch_stride,
-                                      p.out_row_stride, p.out_head_stride) + col;
+    const Passes src(smem);
+    Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + src.row, h, p.out_batch_stride,
+                                      p.out_row_stride, p.out_head_stride) + src.col;
 #pragma unroll
-    for (int pass = 0; pass < K::kBlockM / kRowsPerPass; ++pass) {
-      if (col < p.d_v && r + pass * kRowsPerPass < m_rows) {
+    for (int pass = 0; pass < Passes::kPasses; ++pass) {
+      if (src.col < p.d_v && src.row + pass * Passes::kRowsPerPass < m_rows) {
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src(pass));
       }
-      dst += kRowsPerPass * p.out_row_stride;
+      dst += Passes::kRowsPerPass * p.out_row_stride;
     }
   } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
     for (int c = threadIdx.x; c < K::kBlockM * K::kChunksPerRow; c += K::kThreads) {

@@ -39,7 +39,7 @@ struct FwdSm80 {
 // Copies kRows x kHeadDim elements of rows laid out at a constant stride (dense and varlen
 // tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
 // Each thread keeps one column and walks its rows by pointer increments (and its shared rows by
-// constant offsets, RowPasses), so a tile costs one add and one predicate per 16 bytes (64-bit
+// constant offsets: RowPasses), so a tile costs one add and one predicate per 16 bytes (64-bit
 // add: two instructions); a copy past the rows keeps its address, which the zero fill
 // never reads (cp.async with source size 0). (A separate unpredicated path for whole tiles was
 // if-converted: both forms of every copy were issued.)
@@ -47,16 +47,15 @@ template <class K, int kRows>
 __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
                                                 const typename K::Element* row0,
                                                 int64_t row_stride, int valid_rows, int d) {
-  constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
-  if constexpr (K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0) {
-    const int r = threadIdx.x / K::kChunksPerRow, col = (threadIdx.x % K::kChunksPerRow) * 8;
-    const typename K::Element* src = row0 + r * row_stride + col;
-    const RowPasses<typename K::Rows, kRowsPerPass, typename K::Element> dst(smem, r, col);
+  using Passes = RowPasses<K, kRows, typename K::Element>;
+  if constexpr (Passes::kApplies) {
+    const Passes dst(smem);
+    const typename K::Element* src = row0 + dst.row * row_stride + dst.col;
 #pragma unroll
-    for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-      const bool valid = col < d && r + pass * kRowsPerPass < valid_rows;
+    for (int pass = 0; pass < Passes::kPasses; ++pass) {
+      const bool valid = dst.col < d && dst.row + pass * Passes::kRowsPerPass < valid_rows;
       cp_async_16(dst(pass), src, valid);
-      src += kRowsPerPass * row_stride;
+      src += Passes::kRowsPerPass * row_stride;
     }
   } else {  // head dims whose rows do not split evenly over the threads (96, 160, ...)
 #pragma unroll

@@ -52,27 +52,36 @@ struct SmemRows {
   }
 };
 
-// Rows r + pass * kRowsPerPass (pass = 0, 1, ...) at column col of a tile, where each of a CTA's
-// copy passes moves kRowsPerPass rows: row r + pass * kRowsPerPass has the swizzle of row
-// r + (pass * kRowsPerPass) % 8, so the passes cycle through 8 / kRowsPerPass phases (one with a
-// multiple of 8 rows per pass, or unswizzled rows), each a base pointer plus a constant per pass.
-// (Row by row, the compiler recomputed every pass's swizzle: 11 instructions per 16-byte copy at
-// d 256, 4 rows per pass of 128 threads, against 4 at d 128. Copies in column blocks from one
-// pointer per pass of 8 rows, FlashAttention-2's shape, issued fewer instructions still but ran
-// 1-3% slower at d 256: sm80 forward v9.)
-template <class Rows, int kRowsPerPass, class T>
+// How the kThreads threads of a CTA (K's) cover kRows rows of a tile of T in 16-byte chunks,
+// pass by pass: each thread keeps the chunk column col of row `row` and the rows kRowsPerPass
+// apart below it (kApplies: the rows split so, K::kThreads a multiple of the chunks per row and
+// kRows of the rows per pass; the callers' general path serves the other head dims). Row
+// row + pass * kRowsPerPass has the swizzle of row row + (pass * kRowsPerPass) % 8, so the passes
+// cycle through 8 / kRowsPerPass phases (one with a multiple of 8 rows per pass, or unswizzled
+// rows), each a base pointer plus a constant per pass. (Row by row, the compiler recomputed every
+// pass's swizzle: 11 instructions per 16-byte copy at d 256, 4 rows per pass of 128 threads,
+// against 4 at d 128. Copies in column blocks from one pointer per pass of 8 rows,
+// FlashAttention-2's shape, issued fewer instructions still but ran 1-3% slower at d 256: sm80
+// forward v9.)
+template <class K, int kRows, class T>
 struct RowPasses {
+  using Rows = typename K::Rows;
+  static constexpr int kRowsPerPass = K::kThreads / K::kChunksPerRow;
+  static constexpr bool kApplies = K::kThreads % K::kChunksPerRow == 0 && kRows % kRowsPerPass == 0;
+  static constexpr int kPasses = kRows / kRowsPerPass;
   static constexpr bool kOnePhase = !Rows::kSwizzled || kRowsPerPass % 8 == 0;
-  static_assert(kOnePhase || 8 % kRowsPerPass == 0, "the swizzle repeats every 8 rows");
+  static_assert(!kApplies || kOnePhase || 8 % kRowsPerPass == 0, "the swizzle repeats every 8 rows");
   static constexpr int kPhases = kOnePhase ? 1 : 8 / kRowsPerPass;
+  int row = threadIdx.x / K::kChunksPerRow;     // this thread's row in the first pass
+  int col = (threadIdx.x % K::kChunksPerRow) * 8;  // and its column
   T* base[kPhases];
-  __device__ __forceinline__ RowPasses(T* tile, int r, int col) {
+  __device__ __forceinline__ explicit RowPasses(T* tile) {
 #pragma unroll
     for (int ph = 0; ph < kPhases; ++ph) {
-      const int row = r + ph * kRowsPerPass;
-      base[ph] = tile + Rows::offset(row, col) - ph * kRowsPerPass * Rows::kStride;
+      base[ph] = tile + Rows::offset(row + ph * kRowsPerPass, col) - ph * kRowsPerPass * Rows::kStride;
     }
   }
+  // This thread's chunk of the tile in pass `pass`.
   __device__ __forceinline__ T* operator()(int pass) const {
     return base[pass % kPhases] + pass * kRowsPerPass * Rows::kStride;
   }
