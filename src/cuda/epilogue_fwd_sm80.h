@@ -57,9 +57,10 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
     const Passes src(smem);
     Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + src.row, h, p.out_batch_stride,
                                       p.out_row_stride, p.out_head_stride) + src.col;
+    const int rows_left = src.col < p.d_v ? m_rows - src.row : 0;
 #pragma unroll
     for (int pass = 0; pass < Passes::kPasses; ++pass) {
-      if (src.col < p.d_v && src.row + pass * Passes::kRowsPerPass < m_rows) {
+      if (pass * Passes::kRowsPerPass < rows_left) {
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src(pass));
       }
       dst += Passes::kRowsPerPass * p.out_row_stride;
