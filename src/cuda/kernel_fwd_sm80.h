@@ -1,6 +1,6 @@
-// The sm80 forward kernel (FlashAttention-2's schedule): one CTA per (query tile, head, sequence);
-// K and V tiles stream through shared memory by cp.async, S = Q K^T and O += P V run on mma.sync
-// m16n8k16, and the online softmax stays in registers. Runs on sm80 and newer. This file only
+// The sm80 forward kernel (FlashAttention-2's schedule, V's copy issued earlier): one CTA per
+// (query tile, head, sequence); K and V tiles stream through shared memory by cp.async,
+// S = Q K^T and O += P V run on mma.sync m16n8k16, and the online softmax stays in registers. Runs on sm80 and newer. This file only
 // composes the mainloop, the score pipeline and the epilogue.
 #pragma once
 
@@ -119,11 +119,15 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4, pack};
 
   // Key tiles from the last to the first: with causal masks the masked diagonal tile comes first.
+  // V's copy goes out once sV is free, before the wait for K (FlashAttention-2 waits for K first):
+  // one barrier more per tile, and V's copy no longer queues behind a late K (sm80 forward v10 in
+  // docs/performance.md: up to +3% at 512-1k keys).
   for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
-    cp_async_wait<0>();
-    __syncthreads();  // K(n_block) (and Q) landed; every warp is done with the previous V
+    __syncthreads();  // every warp is done with the previous V
     load_v(n_block);
     cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // K(n_block) (and Q) landed
 
     float s[kM][K::kNTiles][4];
 #pragma unroll
