@@ -1,7 +1,8 @@
 // The sm80 forward kernel (FlashAttention-2's schedule, V's copy issued earlier): one CTA per
 // (query tile, head, sequence); K and V tiles stream through shared memory by cp.async,
-// S = Q K^T and O += P V run on mma.sync m16n8k16, and the online softmax stays in registers. Runs on sm80 and newer. This file only
-// composes the mainloop, the score pipeline and the epilogue.
+// S = Q K^T and O += P V run on mma.sync m16n8k16, and the online softmax stays in registers.
+// Runs on sm80 and newer. This file only composes the mainloop, the score pipeline and the
+// epilogue.
 #pragma once
 
 #include <cstdint>
