@@ -57,7 +57,7 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
     const Passes src(smem);
     Element* dst = out + q_row_offset(seq, varlen_q, b, m_start + src.row, h, p.out_batch_stride,
                                       p.out_row_stride, p.out_head_stride) + src.col;
-    const int rows_left = src.col < p.d_v ? m_rows - src.row : 0;
+    const int rows_left = src.rows_left(m_rows, p.d_v);
 #pragma unroll
     for (int pass = 0; pass < Passes::kPasses; ++pass) {
       if (pass * Passes::kRowsPerPass < rows_left) {

@@ -40,11 +40,9 @@ struct FwdSm80 {
 // tensors) into shared memory with cp.async: rows >= valid_rows and columns >= d are zero-filled.
 // Each thread keeps one column and walks its rows by pointer increments (and its shared rows by
 // constant offsets: RowPasses), so a tile costs one add and one compare per 16 bytes (64-bit
-// add: two instructions); the compare is of the rows left below the thread's first row with a
-// constant (written as row + offset < valid_rows, it cost an add per pass too); a copy past the
-// rows keeps its address, which the zero fill never reads (cp.async with source size 0). (A
-// separate unpredicated path for whole tiles was if-converted: both forms of every copy were
-// issued.)
+// add: two instructions); a copy past the rows keeps its address, which the zero fill never
+// reads (cp.async with source size 0). (A separate unpredicated path for whole tiles was
+// if-converted: both forms of every copy were issued.)
 template <class K, int kRows>
 __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
                                                 const typename K::Element* row0,
@@ -53,7 +51,7 @@ __device__ __forceinline__ void load_rows_async(typename K::Element* smem,
   if constexpr (Passes::kApplies) {
     const Passes dst(smem);
     const typename K::Element* src = row0 + dst.row * row_stride + dst.col;
-    const int rows_left = dst.col < d ? valid_rows - dst.row : 0;  // then each pass compares a constant
+    const int rows_left = dst.rows_left(valid_rows, d);
 #pragma unroll
     for (int pass = 0; pass < Passes::kPasses; ++pass) {
       const bool valid = pass * Passes::kRowsPerPass < rows_left;

@@ -85,6 +85,11 @@ struct RowPasses {
   __device__ __forceinline__ T* operator()(int pass) const {
     return base[pass % kPhases] + pass * kRowsPerPass * Rows::kStride;
   }
+  // The rows of the first `rows` that lie at or below this thread's first row, where its column
+  // is one of the first `cols` (else 0): pass `pass` holds a row of them iff
+  // pass * kRowsPerPass < rows_left(...), a compare with a constant per pass (written as
+  // row + pass * kRowsPerPass < rows, it cost an add per pass too).
+  __device__ __forceinline__ int rows_left(int rows, int cols) const { return col < cols ? rows - row : 0; }
 };
 
 // 16 bytes global -> shared; when !valid the destination is zero-filled and nothing is read.
