@@ -201,7 +201,8 @@ for spec in $profile; do
   # its own), then the causal one: the launches of ours to skip for the causal point.
   fwd_skip=0 bwd_skip=0 is_causal=False
   [ "$mask" = causal ] && fwd_skip=2 bwd_skip=1 is_causal=True
-  ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --warmup 0 --repeat 1)
+  # Ours on tensors stored as the peers' (torch.randn(batch, heads, seqlen, d)).
+  ours=(build-gpu/tools/flashattn/flashattn bench --backend cuda --seqlens "$seqlen" --dims "$d" --layout bhsd --warmup 0 --repeat 1)
   case "${dir:-both}" in
     fwd-sm80)
       # With --fwd-only each point makes one forward launch, so the causal point skips one.

@@ -102,6 +102,11 @@ std::vector<AttnCase> backward_cases() {
   c = shape(177, 133, 128);
   c.strided = true;
   cases.push_back(c);
+  for (int64_t d : {64, 128, 256}) {  // heads stored before positions, as PyTorch's contiguous tensors
+    c = shape(300, 700, d);
+    c.heads_major = true, c.causal = d == 64;
+    cases.push_back(c);
+  }
   c = shape(0, 50, 64);  // no queries: dk = dv = 0
   cases.push_back(c);
   c = shape(40, 0, 64);  // no keys: dq = 0

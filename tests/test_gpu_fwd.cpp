@@ -159,6 +159,14 @@ std::vector<AttnCase> forward_cases() {
   c = shape(177, 133, 128);
   c.strided = true, c.lse = false;
   cases.push_back(c);
+  for (int64_t d : {64, 128, 256}) {  // heads stored before positions, as PyTorch's contiguous tensors
+    c = shape(300, 700, d);
+    c.heads_major = true, c.causal = d == 128;
+    cases.push_back(c);
+  }
+  c = shape(100, 300, 128);
+  c.batch = 3, c.varlen = true, c.heads_major = true;
+  cases.push_back(c);
   for (auto [d, dv] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {96, 40}, {192, 128}}) {
     c = shape(150, 260, d);  // d_v != d: served by the instantiation that holds both
     c.dv = dv, c.causal = d > dv;

@@ -103,6 +103,9 @@ std::vector<AttnCase> forward_cases() {
       varlen, [](AttnCase& c) { c.dropout_p = 0.3f, c.causal = true, c.dropout_offset = 77; }));
   cases.push_back(with(base, [](AttnCase& c) { c.strided = true, c.causal = true; }));
   cases.push_back(with(varlen, [](AttnCase& c) { c.strided = true, c.dtype = FLASHATTN_F16; }));
+  // Heads stored before positions (PyTorch's contiguous (batch, heads, seqlen, d)), dense and packed.
+  cases.push_back(with(base, [](AttnCase& c) { c.heads_major = true, c.causal = true; }));
+  cases.push_back(with(varlen, [](AttnCase& c) { c.heads_major = true, c.strided = true; }));
   return cases;
 }
 
@@ -148,6 +151,8 @@ std::vector<AttnCase> backward_cases() {
   cases.push_back(varlen);
   cases.push_back(with(varlen, [](AttnCase& c) { c.seqused_k = true, c.causal = true; }));
   cases.push_back(with(varlen, [](AttnCase& c) { c.dropout_p = 0.25f, c.softcap = 3.f; }));
+  cases.push_back(with(base, [](AttnCase& c) { c.heads_major = true, c.causal = true; }));
+  cases.push_back(with(varlen, [](AttnCase& c) { c.heads_major = true; }));
   return cases;
 }
 

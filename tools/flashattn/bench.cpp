@@ -40,6 +40,7 @@ const CommandSpec kBench{
      {"seqlens", "L,...", "sequence lengths"},
      {"dims", "D,...", "head dims"},
      {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
+     {"layout", "L", "tensors stored bshd, or bhsd as PyTorch's contiguous tensors (default bshd)"},
      kBackendFlag,
      kThreadsFlag,
      {"fwd-only", nullptr, "skip the backward"},
@@ -120,6 +121,8 @@ int bench_command(int argc, char** argv) {
   const std::vector<int64_t> dims =
       flags.get_int_list("dims", cpu ? kCpuDims : kGpuDims, 1, kHiddenDim);
   const flashattn_dtype dtype = parse_dtype("dtype", flags.get_string("dtype", "bf16"));
+  const std::string layout = flags.get_string("layout", "bshd");
+  if (layout != "bshd" && layout != "bhsd") throw UsageError("--layout: expected bshd or bhsd, got '" + layout + "'");
   const bool bwd = !flags.has("fwd-only");
   if (!bwd && flags.has("deterministic")) throw UsageError("--deterministic times the backward: drop --fwd-only");
   const bool deterministic = flags.has("deterministic");
@@ -148,6 +151,7 @@ int bench_command(int argc, char** argv) {
     c.heads_q = c.heads_kv = rows[i].heads;
     c.d = rows[i].d;
     c.dtype = dtype;
+    c.heads_major = layout == "bhsd";
     testing::AttnData data = testing::make_attn_data(c);
     for (Row* row : {&rows[i], &rows[i + shapes]}) {
       data.c.causal = row->causal;
@@ -164,7 +168,7 @@ int bench_command(int argc, char** argv) {
   progress.done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
   if (csv) return 0;
-  std::printf("%s, backend %s", flashattn_dtype_string(dtype), backend_name(used));
+  std::printf("%s, %s, backend %s", flashattn_dtype_string(dtype), layout.c_str(), backend_name(used));
   if (cpu) std::printf(", %s", threads_text(exec.threads).c_str());
   std::printf(", %lld tokens (batch = tokens / seqlen), heads * d = %lld, median of %d\n",
               (long long)tokens, (long long)kHiddenDim, exec.repeat);

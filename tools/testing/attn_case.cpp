@@ -39,17 +39,29 @@ flashattn_tensor absent_tensor() {
 
 // ---- Buffer --------------------------------------------------------------------------------
 
-Buffer::Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pad)
-    : shape_(std::move(shape)), guard_bytes_(kGuardBytes) {
+Buffer::Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pad,
+               std::vector<int> storage_order)
+    : shape_(std::move(shape)), storage_order_(std::move(storage_order)), guard_bytes_(kGuardBytes) {
   tensor_ = absent_tensor();
   tensor_.dtype = dtype;
   tensor_.rank = int32_t(shape_.size());
+  if (storage_order_.empty()) {
+    storage_order_.resize(shape_.size());
+    std::iota(storage_order_.begin(), storage_order_.end(), 0);
+  }
+  std::vector<int> sorted = storage_order_;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.size() != shape_.size() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+      (!sorted.empty() && (sorted.front() != 0 || sorted.back() != tensor_.rank - 1 ||
+                           storage_order_.back() != tensor_.rank - 1))) {
+    throw std::invalid_argument("Buffer: storage_order must permute the dims and keep the last innermost");
+  }
   int64_t stride = 1;
-  for (int dim = tensor_.rank - 1; dim >= 0; --dim) {
+  for (int i = tensor_.rank - 1; i >= 0; --i) {
+    const int dim = storage_order_[i];
     tensor_.shape[dim] = shape_[dim];
     tensor_.stride[dim] = stride;
-    int64_t extent = shape_[dim] + (dim == tensor_.rank - 1 ? row_pad : 0);
-    stride *= extent;
+    stride *= shape_[dim] + (dim == tensor_.rank - 1 ? row_pad : 0);
   }
   size_t bytes = size_t(std::max<int64_t>(stride, 1)) * flashattn_dtype_size(dtype);
   storage_.assign(bytes + 2 * guard_bytes_, kGuardByte);
@@ -57,14 +69,15 @@ Buffer::Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pa
 }
 
 Buffer::Buffer(const Buffer& other)
-    : storage_(other.storage_), shape_(other.shape_), tensor_(other.tensor_),
-      guard_bytes_(other.guard_bytes_) {
+    : storage_(other.storage_), shape_(other.shape_), storage_order_(other.storage_order_),
+      tensor_(other.tensor_), guard_bytes_(other.guard_bytes_) {
   rebind();
 }
 
 Buffer& Buffer::operator=(const Buffer& other) {
   storage_ = other.storage_;
   shape_ = other.shape_;
+  storage_order_ = other.storage_order_;
   tensor_ = other.tensor_;
   guard_bytes_ = other.guard_bytes_;
   rebind();
@@ -154,6 +167,7 @@ std::string AttnCase::describe() const {
   if (rotary_dim > 0) os << "_rot" << rotary_dim << (rotary_interleaved ? "i" : "");
   if (!lse) os << "_nolse";
   if (strided) os << "_strided";
+  if (heads_major) os << "_bhsd";
   if (num_splits > 0) os << "_split" << num_splits;
   return os.str();
 }
@@ -233,14 +247,17 @@ AttnData make_attn_data(const AttnCase& c) {
   }
 
   const int64_t total_q = std::accumulate(sq.begin(), sq.end(), int64_t(0));
+  // (.., positions, heads, d) stored heads first with c.heads_major.
+  const std::vector<int> seq_order = c.heads_major ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
+  const std::vector<int> packed_order = c.heads_major ? std::vector<int>{1, 0, 2} : std::vector<int>{};
   if (c.varlen) {
-    data.q = Buffer(c.dtype, {total_q, c.heads_q, c.d}, pad);
-    data.out = Buffer(c.dtype, {total_q, c.heads_q, dv}, pad);
+    data.q = Buffer(c.dtype, {total_q, c.heads_q, c.d}, pad, packed_order);
+    data.out = Buffer(c.dtype, {total_q, c.heads_q, dv}, pad, packed_order);
     if (c.lse) data.lse = Buffer(FLASHATTN_F32, {c.heads_q, total_q});
     data.cu_seqlens_q = make_i32(prefix_sums(sq));
   } else {
-    data.q = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, c.d}, pad);
-    data.out = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, dv}, pad);
+    data.q = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, c.d}, pad, seq_order);
+    data.out = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, dv}, pad, seq_order);
     if (c.lse) data.lse = Buffer(FLASHATTN_F32, {B, c.heads_q, c.seqlen_q});
   }
   data.q.fill_random(next_seed());
@@ -249,8 +266,8 @@ AttnData make_attn_data(const AttnCase& c) {
 
   if (varlen_k) {
     std::vector<int64_t> cu = prefix_sums(stored_k);
-    data.k = Buffer(c.dtype, {cu.back(), c.heads_kv, c.d}, pad);
-    data.v = Buffer(c.dtype, {cu.back(), c.heads_kv, dv}, pad);
+    data.k = Buffer(c.dtype, {cu.back(), c.heads_kv, c.d}, pad, packed_order);
+    data.v = Buffer(c.dtype, {cu.back(), c.heads_kv, dv}, pad, packed_order);
     data.cu_seqlens_k = make_i32(cu);
     data.k.fill_random(next_seed());
     data.v.fill_random(next_seed());
@@ -273,8 +290,8 @@ AttnData make_attn_data(const AttnCase& c) {
     fill_cache(data.k, cache_len, data.block_table, c.page_size, rng);
     fill_cache(data.v, cache_len, data.block_table, c.page_size, rng);
   } else {
-    data.k = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, c.d}, pad);
-    data.v = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, dv}, pad);
+    data.k = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, c.d}, pad, seq_order);
+    data.v = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, dv}, pad, seq_order);
     if (cache) {
       fill_cache(data.k, cache_len, Buffer(), 0, rng);
       fill_cache(data.v, cache_len, Buffer(), 0, rng);
@@ -320,7 +337,7 @@ AttnData make_attn_data(const AttnCase& c) {
 void AttnData::prepare_backward() {
   if (c.has_cache()) throw std::invalid_argument("the backward takes no KV cache");
   const int64_t pad = c.strided ? kRowPad : 0;
-  auto like = [&](const Buffer& b) { return Buffer(b.dtype(), b.shape(), pad); };
+  auto like = [&](const Buffer& b) { return Buffer(b.dtype(), b.shape(), pad, b.storage_order()); };
   dout = like(out);
   dout.fill_random(c.seed ^ 0x5eedu);
   dq = like(q);

@@ -18,7 +18,10 @@ namespace flashattn::testing {
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pad = 0);
+  // storage_order: the dims from outermost to innermost in memory (empty: row-major); the last dim
+  // stays innermost, with row_pad elements of padding after each of its rows.
+  Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pad = 0,
+         std::vector<int> storage_order = {});
   Buffer(const Buffer& other);
   Buffer& operator=(const Buffer& other);
   Buffer(Buffer&&) = default;
@@ -28,6 +31,7 @@ class Buffer {
   const flashattn_tensor& tensor() const { return tensor_; }  // absent (all zero) if !present()
   flashattn_dtype dtype() const { return tensor_.dtype; }
   const std::vector<int64_t>& shape() const { return shape_; }
+  const std::vector<int>& storage_order() const { return storage_order_; }
   int64_t numel() const;
   // Element by logical row-major index (strides applied), converted from / to double.
   double get(int64_t index) const;
@@ -54,6 +58,7 @@ class Buffer {
   void rebind();
   std::vector<unsigned char> storage_;
   std::vector<int64_t> shape_;
+  std::vector<int> storage_order_;
   flashattn_tensor tensor_{};
   size_t guard_bytes_ = 0;
 };
@@ -81,6 +86,10 @@ struct AttnCase {
   bool rotary_interleaved = false;
   bool lse = true;
   bool strided = false;  // pad rows of q/k/v/out/dout/dq/dk/dv
+  // q/k/v/out/dout/dq/dk/dv stored heads before positions: (batch, heads, seqlen, d), as a
+  // contiguous PyTorch tensor of that shape, or (heads, total, d) when packed (varlen), each a
+  // strided view of the API's shape; paged caches keep their (page, slot, heads, d) storage.
+  bool heads_major = false;
   int num_splits = 0;    // forward: the CUDA split-KV request (0 automatic, 1 off)
   uint64_t seed = 1;     // input data
 
