@@ -45,15 +45,11 @@ Buffer::Buffer(flashattn_dtype dtype, std::vector<int64_t> shape, int64_t row_pa
   tensor_ = absent_tensor();
   tensor_.dtype = dtype;
   tensor_.rank = int32_t(shape_.size());
-  if (storage_order_.empty()) {
-    storage_order_.resize(shape_.size());
-    std::iota(storage_order_.begin(), storage_order_.end(), 0);
-  }
-  std::vector<int> sorted = storage_order_;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted.size() != shape_.size() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
-      (!sorted.empty() && (sorted.front() != 0 || sorted.back() != tensor_.rank - 1 ||
-                           storage_order_.back() != tensor_.rank - 1))) {
+  std::vector<int> dims(shape_.size());
+  std::iota(dims.begin(), dims.end(), 0);
+  if (storage_order_.empty()) storage_order_ = dims;
+  if (!std::is_permutation(storage_order_.begin(), storage_order_.end(), dims.begin(), dims.end()) ||
+      (!dims.empty() && storage_order_.back() != dims.back())) {
     throw std::invalid_argument("Buffer: storage_order must permute the dims and keep the last innermost");
   }
   int64_t stride = 1;
