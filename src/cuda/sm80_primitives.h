@@ -60,9 +60,10 @@ struct SmemRows {
 // cycle through 8 / kRowsPerPass phases (one with a multiple of 8 rows per pass, or unswizzled
 // rows), each a base pointer plus a constant per pass. (Row by row, the compiler recomputed every
 // pass's swizzle: 11 instructions per 16-byte copy at d 256, 4 rows per pass of 128 threads,
-// against 4 at d 128. Copies in column blocks from one pointer per pass of 8 rows,
-// FlashAttention-2's shape, issued fewer instructions still but ran 1-3% slower at d 256: sm80
-// forward v9.)
+// against 4 at d 128. Copies in column blocks from one pointer per pass, FlashAttention-2's shape,
+// issued fewer instructions still but ran slower at d 256: 1-3% with 8 rows per pass (sm80
+// forward v9); with 16, 0.975-0.994x in (b, s, h, d) and 0.976-1.013x in (b, h, s, d) storage
+// (docs/performance.md, twenty-fourth session).)
 template <class K, int kRows, class T>
 struct RowPasses {
   using Rows = typename K::Rows;

@@ -243,17 +243,22 @@ AttnData make_attn_data(const AttnCase& c) {
   }
 
   const int64_t total_q = std::accumulate(sq.begin(), sq.end(), int64_t(0));
-  // (.., positions, heads, d) stored heads first with c.heads_major.
-  const std::vector<int> seq_order = c.heads_major ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
-  const std::vector<int> packed_order = c.heads_major ? std::vector<int>{1, 0, 2} : std::vector<int>{};
+  // The storage order of a (.., positions, heads, d) tensor: heads before positions with
+  // c.heads_major, else row-major.
+  auto order = [&](int rank) {
+    std::vector<int> dims(rank);
+    std::iota(dims.begin(), dims.end(), 0);
+    if (c.heads_major) std::swap(dims[rank - 3], dims[rank - 2]);
+    return dims;
+  };
   if (c.varlen) {
-    data.q = Buffer(c.dtype, {total_q, c.heads_q, c.d}, pad, packed_order);
-    data.out = Buffer(c.dtype, {total_q, c.heads_q, dv}, pad, packed_order);
+    data.q = Buffer(c.dtype, {total_q, c.heads_q, c.d}, pad, order(3));
+    data.out = Buffer(c.dtype, {total_q, c.heads_q, dv}, pad, order(3));
     if (c.lse) data.lse = Buffer(FLASHATTN_F32, {c.heads_q, total_q});
     data.cu_seqlens_q = make_i32(prefix_sums(sq));
   } else {
-    data.q = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, c.d}, pad, seq_order);
-    data.out = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, dv}, pad, seq_order);
+    data.q = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, c.d}, pad, order(4));
+    data.out = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, dv}, pad, order(4));
     if (c.lse) data.lse = Buffer(FLASHATTN_F32, {B, c.heads_q, c.seqlen_q});
   }
   data.q.fill_random(next_seed());
@@ -262,8 +267,8 @@ AttnData make_attn_data(const AttnCase& c) {
 
   if (varlen_k) {
     std::vector<int64_t> cu = prefix_sums(stored_k);
-    data.k = Buffer(c.dtype, {cu.back(), c.heads_kv, c.d}, pad, packed_order);
-    data.v = Buffer(c.dtype, {cu.back(), c.heads_kv, dv}, pad, packed_order);
+    data.k = Buffer(c.dtype, {cu.back(), c.heads_kv, c.d}, pad, order(3));
+    data.v = Buffer(c.dtype, {cu.back(), c.heads_kv, dv}, pad, order(3));
     data.cu_seqlens_k = make_i32(cu);
     data.k.fill_random(next_seed());
     data.v.fill_random(next_seed());
@@ -286,8 +291,8 @@ AttnData make_attn_data(const AttnCase& c) {
     fill_cache(data.k, cache_len, data.block_table, c.page_size, rng);
     fill_cache(data.v, cache_len, data.block_table, c.page_size, rng);
   } else {
-    data.k = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, c.d}, pad, seq_order);
-    data.v = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, dv}, pad, seq_order);
+    data.k = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, c.d}, pad, order(4));
+    data.v = Buffer(c.dtype, {B, c.seqlen_k, c.heads_kv, dv}, pad, order(4));
     if (cache) {
       fill_cache(data.k, cache_len, Buffer(), 0, rng);
       fill_cache(data.v, cache_len, Buffer(), 0, rng);
