@@ -17,7 +17,7 @@
 
 namespace flashattn::cuda {
 
-template <class K, bool kScoreMods, bool kWarpgroupKeys>
+template <class K, bool kScoreMods, bool kWarpgroupKeys, bool kLeftEdge>
 void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   using Element = typename K::Element;
@@ -58,11 +58,11 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   if (items == 0) return;
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   if constexpr (K::kCluster > 1) {
-    launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, K::kCluster>(
+    launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, K::kCluster>(
         items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   } else {
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
-    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys>, dim3(unsigned(std::min<int64_t>(items, sms))),
+    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, dim3(unsigned(std::min<int64_t>(items, sms))),
                         K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   }
 }
@@ -75,7 +75,7 @@ template <class K, class Pairs>
 bool fwd_sm90_cluster_serves(const FwdParams& p) {
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
   return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0 &&
-         active_clusters<fwd_kernel_sm90<Pairs, false, false>, Pairs::kCluster>(Pairs::kThreads, Pairs::kSmemBytes,
+         active_clusters<fwd_kernel_sm90<Pairs, false, false, false>, Pairs::kCluster>(Pairs::kThreads, Pairs::kSmemBytes,
                                                                                 "sm90 forward kernel") > 0;
 }
 
@@ -89,21 +89,24 @@ inline bool fwd_sm90_wide_serves(const FwdParams& p) {
 // Where the tile has them (kSkipKeyTiles), calls with a right edge (causal, window) take the kernel
 // with the warpgroups' own key ranges; the others the kernel without them, whose code before an
 // item's first product is shorter (the score modifiers' kernel has them where the tile does).
+// Calls with a window's left edge take a kernel of their own, which tests both edges (left-only
+// windows the one with the warpgroups' key ranges, where it exists, which then takes the item's).
 template <class K>
 void launch_sm90_plain(const FwdParams& p, cudaStream_t stream) {
+  if (p.window_left >= 0) return launch_sm90<K, false, K::kSkipKeyTiles, true>(p, stream);
   if constexpr (K::kSkipKeyTiles) {
-    if (p.window_right >= 0) return launch_sm90<K, false, true>(p, stream);
+    if (p.window_right >= 0) return launch_sm90<K, false, true, false>(p, stream);
   }
-  launch_sm90<K, false, false>(p, stream);
+  launch_sm90<K, false, false, false>(p, stream);
 }
 
 template <int kHeadDim, class Element>
 void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using K = FwdSm90<kHeadDim, Element>;
-  if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles>(p, stream);
+  if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles, true>(p, stream);
   if constexpr (FwdTileSm90<kHeadDim>::kClusterPairs) {
     using Pairs = FwdSm90<kHeadDim, Element, false, 2>;
-    if (fwd_sm90_cluster_serves<K, Pairs>(p)) return launch_sm90<Pairs, false, false>(p, stream);
+    if (fwd_sm90_cluster_serves<K, Pairs>(p)) return launch_sm90<Pairs, false, false, false>(p, stream);
   }
   if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
     if (fwd_sm90_wide_serves(p)) return launch_sm90_plain<FwdSm90<kHeadDim, Element, true>>(p, stream);

@@ -82,8 +82,10 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
 // kRelativeRange: the range is taken relative to the thread's first column, so that each element
 // compares a constant (its column's offset) with it and no column is held in a register (the sm90a
 // wide tile spilled in this block otherwise); the sm80 kernels' register allocation is tuned to
-// the plain form (the relative one moves their spills by -28 to +16 bytes).
-template <bool kRelativeRange = false, int kM, int kNTiles>
+// the plain form (the relative one moves their spills by -28 to +16 bytes). kLeftEdge: rows may
+// drop keys at their start (a window's left edge); without one (no window, causal, a right window
+// alone) every row's first kept key is 0, and each element takes one compare instead of two.
+template <bool kRelativeRange = false, bool kLeftEdge = true, int kM, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
                                            const FragmentOrigin& o) {
   // The column the ranges are taken from, and the thread's column offset left in each element's.
@@ -99,7 +101,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int jj = nt * 8 + thread_col + e;
-          if (jj < lo || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
+          if ((kLeftEdge && jj < lo) || jj >= hi) s[mt][nt][2 * half + e] = -INFINITY;
         }
     }
 }
