@@ -68,10 +68,15 @@ int single_pass_tail_blocks(const BwdParams& p, int block_n) {
 // tile starts before any head's second longest: the whole grid longest first within a sequence.
 // Elsewhere the tiles of a head take the same work (no mask), or the order is not measured
 // (windows bounded on both sides), and the grid stays tiles first; so too past the grid's 65535
-// on y. The single pass's tail launch (single_pass_tail_blocks) runs only without a window, so
-// never beside a heads-first grid.
+// on y, and where one head's tiles fill half the SMs or more: there the plain order's tail is
+// small (0.5% at 16k keys in the model), and heads first spreads the running tiles over every
+// head, whose query rows then leave L2 between the tiles that read them (in a model of the tiles'
+// reads, an LRU L2 of 50 MB: 12-24% of the query blocks' reads miss at 16k against 1.6% tiles
+// first; docs/performance.md, backward v23). The single pass's tail launch
+// (single_pass_tail_blocks) runs only without a window, so never beside a heads-first grid.
 inline bool heads_first_grid(const BwdParams& p, int tiles) {
-  return p.window_left < 0 && p.window_right >= 0 && tiles <= kMaxGridYZ;
+  if (p.window_left >= 0 || p.window_right < 0 || tiles > kMaxGridYZ) return false;
+  return 2 * int64_t(tiles) < device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
 }
 
 // One backward pass of `tiles` CTAs per head over `heads` heads and the sequences: kHeadsFirst's
