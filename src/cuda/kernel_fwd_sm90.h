@@ -202,9 +202,9 @@ static_assert(kEpilogueBarrier + 3 <= kStageReadBarrier && kStageReadBarrier + 2
 // kScoreMods: the instantiation that serves softcap and ALiBi (dropout stays on the sm80 path).
 // kWarpgroupKeys: each consumer warpgroup's own key range under a right edge (warpgroup_keys).
 // kLeftEdge: the call may have a window's left edge; without one the mask tests one edge per
-// element (the diagonal tile of short causal calls is a large share of their work), a template
-// argument so that no kernel carries both masks (a run-time choice grew the wide tile's loop by
-// 14% and cost it 5% without a mask: sm90a v34).
+// element (the diagonal tile of short causal calls is a large share of their work); a template
+// argument so that no kernel carries both masks (a run-time choice put both in every kernel and
+// cost the wide tile 5% without a mask: sm90a v34).
 template <class K, bool kScoreMods, bool kWarpgroupKeys, bool kLeftEdge>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_constant__ FwdSm90Args<K> args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg exist on sm_90a only

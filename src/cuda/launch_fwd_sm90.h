@@ -62,8 +62,9 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
         items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   } else {
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
-    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, dim3(unsigned(std::min<int64_t>(items, sms))),
-                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>,
+                        dim3(unsigned(std::min<int64_t>(items, sms))), K::kThreads, K::kSmemBytes, args, stream,
+                        "sm90 forward kernel");
   }
 }
 
@@ -75,8 +76,8 @@ template <class K, class Pairs>
 bool fwd_sm90_cluster_serves(const FwdParams& p) {
   const bool masked = p.window_left >= 0 || p.window_right >= 0;
   return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0 &&
-         active_clusters<fwd_kernel_sm90<Pairs, false, false, false>, Pairs::kCluster>(Pairs::kThreads, Pairs::kSmemBytes,
-                                                                                "sm90 forward kernel") > 0;
+         active_clusters<fwd_kernel_sm90<Pairs, false, false, false>, Pairs::kCluster>(
+             Pairs::kThreads, Pairs::kSmemBytes, "sm90 forward kernel") > 0;
 }
 
 // Where a head dim has a wide tile (tile_size.h), it serves the plain scores of unmasked calls
@@ -88,8 +89,8 @@ inline bool fwd_sm90_wide_serves(const FwdParams& p) {
 
 // Where the tile has them (kSkipKeyTiles), calls with a right edge (causal, window) take the kernel
 // with the warpgroups' own key ranges; the others the kernel without them, whose code before an
-// item's first product is shorter (the score modifiers' kernel has them where the tile does).
-// Calls with a window's left edge take a kernel of their own, which tests both edges (left-only
+// item's first product is shorter (the score modifiers' kernel has them where the tile does, and
+// tests both window edges). Calls with a window's left edge take a kernel of their own, which tests both edges (left-only
 // windows the one with the warpgroups' key ranges, where it exists, which then takes the item's).
 template <class K>
 void launch_sm90_plain(const FwdParams& p, cudaStream_t stream) {
