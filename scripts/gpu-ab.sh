@@ -6,7 +6,7 @@
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
-#                     [--bench-args "..."] PATCH...
+#                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
@@ -18,12 +18,16 @@
 # --deadline: start a benchmark round only if, at the pace of the previous one, it ends within S
 # seconds of the script's start (the table then covers the rounds that ran; give S somewhat under
 # the call's time limit).
+# --stalls: after the rounds, each variant's forward kernel at one bf16 point of the standard grid
+# (non-causal unless `causal`) once under Nsight Compute: its time, SM clock, instructions, issue
+# and tensor-pipe activity and the warp stall reasons per issue, side by side (a difference in
+# time with the same instructions: which stall moved). Forward only.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args=""
+dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
     --backend) backend="$2"; shift 2 ;;
     --deadline) deadline="$2"; shift 2 ;;
     --bench-args) bench_args="$2"; shift 2 ;;
+    --stalls) stalls="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -154,3 +159,35 @@ for (d, causal, seqlen), x in sorted(runs.items()):
     ratios = [f'{mean[v] / mean["A"]:.3f}' if v in mean and 'A' in mean else 'nan' for v in names[1:]]
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
 PY
+
+if [ -n "$stalls" ] && [ $dir = fwd ]; then
+  IFS=, read -r sd sseq smask <<< "$stalls"
+  # One forward launch per point with --fwd-only: the non-causal point's, then the causal one's.
+  skip=0; [ "$smask" = causal ] && skip=1
+  metrics="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum"
+  metrics+=",smsp__issue_active.avg.pct_of_peak_sustained_active"
+  metrics+=",regex:sm__pipe_tensor_op.*cycles_active\\.avg\\.pct_of_peak_sustained_active"
+  metrics+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
+  for v in "${names[@]}"; do
+    timeout 240 ncu --clock-control none --csv --kernel-name regex:fwd_kernel_sm --launch-skip "$skip" --launch-count 1 \
+      --metrics "$metrics" "$work/$v/build/tools/flashattn/flashattn" bench --backend "$backend" --fwd-only \
+      --dims "$sd" --seqlens "$sseq" --warmup 0 --repeat 1 "${extra_bench_flags[@]}" > "$work/$v.stalls.csv" 2> "$work/$v.stalls.err" ||
+      tail -5 "$work/$v.stalls.err"
+  done
+  log "stalls at d $sd, $sseq keys${smask:+, $smask} (ncu, one launch each):"
+  python3 - "$work" "${names[@]}" <<'PY'
+import csv, io, sys
+work, names = sys.argv[1], sys.argv[2:]
+values = {}
+for v in names:
+    text = open(f'{work}/{v}.stalls.csv').read()
+    start = text.find('"ID"')  # ncu's own lines come before the CSV
+    for row in csv.DictReader(io.StringIO(text[start:] if start >= 0 else '')):
+        values.setdefault(row['Metric Name'], {})[v] = row['Metric Value']
+short = lambda m: m.replace('smsp__average_warps_issue_stalled_', 'stalled ').replace('_per_issue_active.ratio', '')
+print('| metric | ' + ' | '.join(names) + ' |')
+print('|---' * (len(names) + 1) + '|')
+for m in sorted(values):
+    print(f'| {short(m)} | ' + ' | '.join(values[m].get(v, '') for v in names) + ' |')
+PY
+fi
