@@ -21,7 +21,8 @@
 # --stalls: after the rounds, each variant's forward kernel at one bf16 point of the standard grid
 # (non-causal unless `causal`) once under Nsight Compute: its time, SM clock, instructions, issue
 # and tensor-pipe activity and the warp stall reasons per issue, side by side (a difference in
-# time with the same instructions: which stall moved). Forward only.
+# time with the same instructions: which stall moved). Forward only. It runs after the rounds and
+# outside --deadline's count: leave it about a minute per variant of the call's time limit.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
@@ -160,14 +161,16 @@ for (d, causal, seqlen), x in sorted(runs.items()):
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
 PY
 
+[ -n "$stalls" ] && [ $dir = bwd ] && log "--stalls: forward only, not run with --bwd"
 if [ -n "$stalls" ] && [ $dir = fwd ]; then
   IFS=, read -r sd sseq smask <<< "$stalls"
   # One forward launch per point with --fwd-only: the non-causal point's, then the causal one's.
   skip=0; [ "$smask" = causal ] && skip=1
   metrics="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum"
   metrics+=",smsp__issue_active.avg.pct_of_peak_sustained_active"
-  metrics+=",regex:sm__pipe_tensor_op.*cycles_active\\.avg\\.pct_of_peak_sustained_active"
-  metrics+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
+  # The patterns name metrics without their roll-ups, whichever way ncu matches them.
+  metrics+=",regex:^sm__pipe_tensor_op.*cycles_active"
+  metrics+=",regex:^smsp__average_warps_issue_stalled_.*_per_issue_active"
   for v in "${names[@]}"; do
     timeout 240 ncu --clock-control none --csv --kernel-name regex:fwd_kernel_sm --launch-skip "$skip" --launch-count 1 \
       --metrics "$metrics" "$work/$v/build/tools/flashattn/flashattn" bench --backend "$backend" --fwd-only \

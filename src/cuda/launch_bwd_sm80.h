@@ -68,25 +68,31 @@ int single_pass_tail_blocks(const BwdParams& p, int block_n) {
 // tile starts before any head's second longest: the whole grid longest first within a sequence.
 // Elsewhere the tiles of a head take the same work (no mask), or the order is not measured
 // (windows bounded on both sides), and the grid stays tiles first; so too past the grid's 65535
-// on y, and where one head's tiles fill half the SMs or more: there the plain order's tail is
-// small (0.5% at 16k keys in the model), and heads first spreads the running tiles over every
-// head, whose query rows then leave L2 between the tiles that read them (in a model of the tiles'
-// reads, an LRU L2 of 50 MB: 12-24% of the query blocks' reads miss at 16k against 1.6% tiles
-// first; docs/performance.md, backward v23). The single pass's tail launch
-// (single_pass_tail_blocks) runs only without a window, so never beside a heads-first grid.
+// on y. The single pass's tail launch (single_pass_tail_blocks) runs only without a window, so
+// never beside a heads-first grid.
 inline bool heads_first_grid(const BwdParams& p, int tiles) {
-  if (p.window_left >= 0 || p.window_right < 0 || tiles > kMaxGridYZ) return false;
-  return 2 * int64_t(tiles) < device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
+  return p.window_left < 0 && p.window_right >= 0 && tiles <= kMaxGridYZ;
+}
+
+// The single pass's grid heads first (heads_first_grid) only while one head's key tiles fill less
+// than half the SMs: from there the plain order's tail is small (0.5% at 16k keys in the model),
+// and heads first spreads the running tiles over every head, whose query rows then leave L2
+// between the tiles that read them (in a model of the tiles' reads, an LRU L2 of 50 MB: 12-24% of
+// the query blocks' reads miss at 16k against 1.6% tiles first; docs/performance.md, backward
+// v23). The deterministic passes keep heads_first_grid's rule (measured up to 4k keys only).
+inline bool single_pass_heads_first(const BwdParams& p, int key_tiles) {
+  return heads_first_grid(p, key_tiles) &&
+         2 * int64_t(key_tiles) < device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
 }
 
 // One backward pass of `tiles` CTAs per head over `heads` heads and the sequences: kHeadsFirst's
-// grid (heads, tiles, sequences) where heads_first_grid says so, else kPlain's (tiles, heads,
+// grid (heads, tiles, sequences) where heads_first says so, else kPlain's (tiles, heads,
 // sequences). kHeadsFirst nullptr: always the plain order.
 template <auto kPlain, auto kHeadsFirst>
-void launch_bwd_grid(const BwdParams& p, int tiles, int heads, int threads, int smem_bytes, cudaStream_t stream,
-                     const char* what) {
+void launch_bwd_grid(const BwdParams& p, int tiles, int heads, bool heads_first, int threads, int smem_bytes,
+                     cudaStream_t stream, const char* what) {
   if constexpr (kHeadsFirst != nullptr) {
-    if (heads_first_grid(p, tiles)) {
+    if (heads_first) {
       return launch_bwd_kernel(kHeadsFirst, dim3(heads, tiles, p.batch), threads, smem_bytes, p, stream, what);
     }
   }
@@ -116,7 +122,8 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
       }
     }();
     launch_bwd_grid<bwd_dkdv_kernel_sm80<Tile, kScoreMods, true>, heads_first_kernel>(
-        p, main_blocks, p.heads_kv, Tile::kThreads, Tile::kSmemBytes, stream, "backward dk/dv/dq kernel");
+        p, main_blocks, p.heads_kv, single_pass_heads_first(p, main_blocks), Tile::kThreads, Tile::kSmemBytes, stream,
+        "backward dk/dv/dq kernel");
     if (tail_blocks > 0) {
       BwdParams tail = p;
       tail.dkv_first_key = main_blocks * Tile::kBlockN;
@@ -134,12 +141,13 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     }
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;
+  const int q_tiles = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;
   launch_bwd_grid<bwd_dq_kernel_sm80<Dq, kScoreMods>, bwd_dq_kernel_sm80<Dq, kScoreMods, true>>(
-      p, (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM, p.heads_q, Dq::kThreads, Dq::kSmemBytes, stream,
-      "backward dq kernel");
+      p, q_tiles, p.heads_q, heads_first_grid(p, q_tiles), Dq::kThreads, Dq::kSmemBytes, stream, "backward dq kernel");
+  const int kv_ctas = (p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit;
   launch_bwd_grid<bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false>, bwd_dkdv_kernel_sm80<Dkv, kScoreMods, false, true>>(
-      p, (p.max_stored_k + Dkv::kBlockN - 1) / Dkv::kBlockN * Dkv::kOutSplit, p.heads_kv, Dkv::kThreads,
-      Dkv::kSmemBytes, stream, "backward dk/dv kernel");
+      p, kv_ctas, p.heads_kv, heads_first_grid(p, kv_ctas), Dkv::kThreads, Dkv::kSmemBytes, stream,
+      "backward dk/dv kernel");
 }
 
 // Whether the backward's tile shapes at kHeadDim are well formed: naming each shape's kSmemBytes

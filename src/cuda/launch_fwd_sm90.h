@@ -90,8 +90,9 @@ inline bool fwd_sm90_wide_serves(const FwdParams& p) {
 // Where the tile has them (kSkipKeyTiles), calls with a right edge (causal, window) take the kernel
 // with the warpgroups' own key ranges; the others the kernel without them, whose code before an
 // item's first product is shorter (the score modifiers' kernel has them where the tile does, and
-// tests both window edges). Calls with a window's left edge take a kernel of their own, which tests both edges (left-only
-// windows the one with the warpgroups' key ranges, where it exists, which then takes the item's).
+// tests both window edges). Calls with a window's left edge take a kernel of their own, which
+// tests both edges (left-only windows the one with the warpgroups' key ranges, where it exists,
+// which then takes the item's).
 template <class K>
 void launch_sm90_plain(const FwdParams& p, cudaStream_t stream) {
   if (p.window_left >= 0) return launch_sm90<K, false, K::kSkipKeyTiles, true>(p, stream);
