@@ -75,11 +75,11 @@ inline bool heads_first_grid(const BwdParams& p, int tiles) {
 }
 
 // The single pass's grid heads first (heads_first_grid) only while one head's key tiles fill less
-// than half the SMs: from there the plain order's tail is small (0.5% at 16k keys in the model),
-// and heads first spreads the running tiles over every head, whose query rows then leave L2
-// between the tiles that read them (in a model of the tiles' reads, an LRU L2 of 50 MB: 12-24% of
-// the query blocks' reads miss at 16k against 1.6% tiles first; docs/performance.md, backward
-// v23). The deterministic passes keep heads_first_grid's rule (measured up to 4k keys only).
+// than half the SMs: from there the plain order's tail is small (0.6-0.8% at 16k keys in the
+// model), and heads first spreads the running tiles over every head, whose query rows then leave
+// L2 between the tiles that read them (in the model, an LRU L2 of 50 MB: 12-24% of the query
+// blocks' reads miss at 16k against 1.6% tiles first; scripts/model_bwd_grid_l2.py,
+// docs/performance.md, backward v23). The deterministic passes keep heads_first_grid's rule (measured up to 4k keys only).
 inline bool single_pass_heads_first(const BwdParams& p, int key_tiles) {
   return heads_first_grid(p, key_tiles) &&
          2 * int64_t(key_tiles) < device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
