@@ -90,8 +90,9 @@ std::vector<AttnCase> backward_cases() {
   c = shape(150, 170, 256);
   c.batch = 4, c.varlen = true, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
-  // Causal with a head's key tiles at least half the SMs of an H100 / H200 (66 of 132): the grid
-  // stays tiles first (launch_bwd_sm80.h, heads_first_grid); 68 and 67 key tiles of 64 / 128 keys.
+  // Causal with a head's key tiles at least half the SMs of an H100 / H200 (66 of 132): the single
+  // pass's grid stays tiles first (launch_bwd_sm80.h, single_pass_heads_first); 68 and 67 key tiles
+  // of 64 / 128 keys.
   for (auto [d, sk] : {std::pair<int64_t, int64_t>{256, 4300}, {64, 8500}}) {
     c = shape(100, sk, d);
     c.causal = true;

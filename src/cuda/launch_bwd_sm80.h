@@ -79,7 +79,8 @@ inline bool heads_first_grid(const BwdParams& p, int tiles) {
 // model), and heads first spreads the running tiles over every head, whose query rows then leave
 // L2 between the tiles that read them (in the model, an LRU L2 of 50 MB: 12-24% of the query
 // blocks' reads miss at 16k against 1.6% tiles first; scripts/model_bwd_grid_l2.py,
-// docs/performance.md, backward v23). The deterministic passes keep heads_first_grid's rule (measured up to 4k keys only).
+// docs/performance.md, backward v23). The deterministic passes keep heads_first_grid's rule
+// (measured up to 4k keys only).
 inline bool single_pass_heads_first(const BwdParams& p, int key_tiles) {
   return heads_first_grid(p, key_tiles) &&
          2 * int64_t(key_tiles) < device_attribute(cudaDevAttrMultiProcessorCount, -1, "multiprocessor count");
