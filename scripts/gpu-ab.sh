@@ -168,7 +168,8 @@ if [ -n "$stalls" ] && [ $dir = fwd ]; then
   skip=0; [ "$smask" = causal ] && skip=1
   metrics="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum"
   metrics+=",smsp__issue_active.avg.pct_of_peak_sustained_active"
-  # The patterns name metrics without their roll-ups, whichever way ncu matches them.
+  # ncu expands each pattern to every roll-up of the metrics it matches; the table below keeps the
+  # ones that are read.
   metrics+=",regex:^sm__pipe_tensor_op.*cycles_active"
   metrics+=",regex:^smsp__average_warps_issue_stalled_.*_per_issue_active"
   for v in "${names[@]}"; do
@@ -187,10 +188,16 @@ for v in names:
     start = text.find('"ID"')  # ncu's own lines come before the CSV
     for row in csv.DictReader(io.StringIO(text[start:] if start >= 0 else '')):
         values.setdefault(row['Metric Name'], {})[v] = row['Metric Value']
+# ncu reports every roll-up of a regex's metrics: keep the stall ratios, the tensor pipes' share of
+# the active cycles, and the named metrics; leave out the rows that are zero in every variant.
+kept = lambda m: ('__' in m and '.' in m and not m.startswith(('sm__pipe', 'smsp__average')) or
+                  m.endswith('_per_issue_active.ratio') or
+                  m.startswith('sm__pipe') and m.endswith('.avg.pct_of_peak_sustained_active'))
+nonzero = lambda m: any(values[m].get(v, '0').replace(',', '') not in ('0', '0.00', '') for v in names)
 short = lambda m: m.replace('smsp__average_warps_issue_stalled_', 'stalled ').replace('_per_issue_active.ratio', '')
 print('| metric | ' + ' | '.join(names) + ' |')
 print('|---' * (len(names) + 1) + '|')
-for m in sorted(values):
+for m in sorted(m for m in values if kept(m) and nonzero(m)):
     print(f'| {short(m)} | ' + ' | '.join(values[m].get(v, '') for v in names) + ' |')
 PY
 fi
