@@ -9,10 +9,9 @@
 
 namespace flashattn::cuda {
 
-// stats[h][row] = {lse * log2(e) (+inf for lse -inf), dot(dout, out)} for every query row and head.
-void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream);
-// dq_accum = 0 (all of it, on the stream).
-void clear_dq_accum(const BwdParams& p, cudaStream_t stream);
+// stats[h][row] = {lse * log2(e) (+inf for lse -inf), dot(dout, out)} for every query row and head;
+// with clear_dq_accum also dq_accum = 0 (all of it), for the single pass.
+void launch_bwd_row_stats(const BwdParams& p, flashattn_dtype dtype, bool clear_dq_accum, cudaStream_t stream);
 // dq = scale * dq_accum, rounded to the element type.
 void launch_bwd_dq_convert(const BwdParams& p, flashattn_dtype dtype, cudaStream_t stream);
 

@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "cuda/bwd_params.h"
-#include "cuda/bwd_rows_sm80.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/launch_common.h"
 #include "kernel_registry.h"
@@ -82,7 +81,6 @@ void bwd(const AttnProblem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(p.exec.stream);
   Scratch workspace(p.exec, bwd_workspace_size(p), stream);
   const BwdParams params = make_bwd_params(p, workspace.data());
-  launch_bwd_row_stats(params, p.q.dtype, stream);
   launch_bwd_sm80(int(std::max(p.d, p.d_v)), p.q.dtype, params, stream);
 }
 

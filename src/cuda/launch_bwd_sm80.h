@@ -3,9 +3,10 @@
 // when the workspace has a dq accumulator and the device's shared memory per block holds its tile,
 // or else its compact tile (up to d 128: an A100's 163 KB holds the single pass up to d 160, an
 // RTX 30/40's 99 KB up to d 64, tile_size.h); otherwise the dq pass then the dk/dv pass. The single
-// pass may hand its last key blocks to a tail launch of half tiles (single_pass_tail_blocks). launch_bwd.cu
-// runs the row-statistics kernel before (both schedules read its output). The generated
-// instantiation files include this header and instantiate run_bwd_sm80 once each.
+// pass may hand its last key blocks to a tail launch of half tiles (single_pass_tail_blocks). Both
+// schedules start with the row-statistics kernel, which for the single pass also clears the dq
+// accumulator (bwd_rows_sm80.h). The generated instantiation files include this header and
+// instantiate run_bwd_sm80 once each.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -106,9 +107,10 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
   using Single = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePass, kScoreMods>;
   using Compact = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassCompact>;
   using Tail = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kSinglePassTail, kScoreMods>;
+  constexpr flashattn_dtype kDtype = std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16;
   auto launch_single = [&](auto tile) {  // the single pass on the tile of tile's type
     using Tile = decltype(tile);
-    clear_dq_accum(p, stream);
+    launch_bwd_row_stats(p, kDtype, /*clear_dq_accum=*/true, stream);
     static_assert(Tile::kOutSplit == 1 && Tail::kOutSplit == 1, "the tail splits whole key blocks");
     constexpr auto tail_kernel = bwd_dkdv_kernel_sm80<Tail, kScoreMods, true>;
     const int tail_blocks = std::is_same_v<Tile, Single> ? single_pass_tail_blocks<tail_kernel>(p, Tile::kBlockN) : 0;
@@ -132,7 +134,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
       launch_dependent_kernel(tail_kernel, dim3((tail_keys + Tail::kBlockN - 1) / Tail::kBlockN, p.heads_kv, p.batch),
                               Tail::kThreads, Tail::kSmemBytes, tail, stream, "backward dk/dv/dq tail kernel");
     }
-    launch_bwd_dq_convert(p, std::is_same_v<Element, cutlass::half_t> ? FLASHATTN_F16 : FLASHATTN_BF16, stream);
+    launch_bwd_dq_convert(p, kDtype, stream);
   };
   if (p.dq_accum != nullptr) {
     const int smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, -1, "shared memory per block");
@@ -142,6 +144,7 @@ void launch_bwd_passes(const BwdParams& p, cudaStream_t stream) {
     }
   }
   using Dkv = BwdDkvSm80<kHeadDim, Element, BwdDkvSchedule::kTwoPass>;
+  launch_bwd_row_stats(p, kDtype, /*clear_dq_accum=*/false, stream);
   const int q_tiles = (p.seqlen_q + Dq::kBlockM - 1) / Dq::kBlockM;
   launch_bwd_grid<bwd_dq_kernel_sm80<Dq, kScoreMods>, bwd_dq_kernel_sm80<Dq, kScoreMods, true>>(
       p, q_tiles, p.heads_q, heads_first_grid(p, q_tiles), Dq::kThreads, Dq::kSmemBytes, stream, "backward dq kernel");
