@@ -148,16 +148,6 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
         tma_partition(args.tma_k, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVg, tVs] =
         tma_partition(args.tma_v, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
-    // With K::kPrefetchNext, this item's Q and first K / V tiles into L2 now, while the consumers
-    // still work on the previous item (its loads were issued about kStages key tiles ago), so
-    // that the loads below find them there instead of waiting on HBM between items.
-    if constexpr (K::kPrefetchNext) {
-      prefetch(args.tma_q, tQg);
-      if (w.n_keys() > 0) {
-        prefetch(args.tma_k, tKg(_, w.keys.max - 1));
-        prefetch(args.tma_v, tVg(_, w.keys.max - 1));
-      }
-    }
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
     // done (an item without keys: at once, or with K::kStageOInKv once its output stores have read
     // it). Every item loads Q, even one without keys (rare), so that Q's barrier phases follow the

@@ -34,7 +34,6 @@ struct FwdSm90 {
   static constexpr bool kRescaleInTurn = Tile::kRescaleInTurn;
   static constexpr bool kTreeReduce = Tile::kTreeReduce;
   static constexpr int kMaxSlack = Tile::kMaxSlack;
-  static constexpr bool kPrefetchNext = Tile::kPrefetchNext;
   static constexpr bool kSkipKeyTiles = Tile::kSkipKeyTiles;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O

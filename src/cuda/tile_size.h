@@ -98,16 +98,16 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // warp whose rows all kept their max skips O's rescale, which is then most tiles' (0: the max
 // follows every tile and O is always rescaled). Above d 64, where O is 48-128 floats per thread:
 // 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
-// rescale saves: 0.93-1.00x (sm90a v11). kPrefetchNext: the producer prefetches a work item's Q and
-// first K / V tiles into L2 as soon as it takes the item, about kStages key tiles before their
-// loads; worth it where Q is largest against an item's work (64 KB at d 256: 1.02-1.05x at 512 /
-// 1k without a mask; at d 64 / 128 0.95-1.01x, within the spread of the runs; sm90a v12; again
-// 0.98-1.01x with the output staged, v19). kClusterPairs: calls without a mask, softcap or
-// ALiBi, from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
-// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head and
-// load each K / V tile once for both (TMA multicast): half the K / V bytes from L2, which at the
-// power cap the long calls run under gives the SMs a higher clock (sustained d 128 8k / 16k and
-// d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29).
+// rescale saves: 0.93-1.00x (sm90a v11). No tile prefetches an item's Q and first K / V tiles
+// into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
+// gained 1.02-1.05x at 512 / 1k without a mask in v12, but today's kernel runs 1.00-1.02x faster
+// without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
+// v39). kClusterPairs: calls without a mask, softcap or ALiBi, from kFwdSm90ClusterMinKeys keys
+// and with an even number of query tiles per head (fwd_sm90_cluster_serves), run in clusters of
+// two CTAs that take two query tiles of a head and load each K / V tile once for both (TMA
+// multicast): half the K / V bytes from L2, which at the power cap the long calls run under gives
+// the SMs a higher clock (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at
+// the same 700 W; sm90a v29).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -120,7 +120,6 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kRescaleInTurn = false;  // 0.99-1.01x at causal 512-2k, its main use
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 0;
-  static constexpr bool kPrefetchNext = false;
   // kSkipKeyTiles: each warpgroup's own key range under a right edge (kernel_fwd_sm90.h,
   // warpgroup_keys). Not here: with 128-key tiles, 64-row warpgroups of a 128-row item skip a
   // tile only where the diagonal is not aligned to the tiles (seqlen_k - seqlen_q not a multiple
@@ -141,7 +140,6 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;  // follows d 128 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
-  static constexpr bool kPrefetchNext = false;  // follows d 128 (not timed on its own)
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 96
 };
@@ -150,7 +148,6 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kRescaleInTurn = true;
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
-  static constexpr bool kPrefetchNext = false;
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = true;
 };
@@ -163,7 +160,6 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
   static constexpr bool kTreeReduce = true;  // follows d 256 (not timed on its own)
   static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
-  static constexpr bool kPrefetchNext = true;  // follows d 256 (not timed on its own)
   static constexpr bool kSkipKeyTiles = true;  // follows d 256 (not timed on its own)
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 192
 };
@@ -175,7 +171,6 @@ template <> struct FwdTileSm90<256> {
   static constexpr bool kRescaleInTurn = false;
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
-  static constexpr bool kPrefetchNext = true;
   static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
   static constexpr bool kClusterPairs = true;
 };
@@ -203,7 +198,6 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kRescaleInTurn = false;  // no turns: 0.94-0.99x with the rescale between the issues
   static constexpr bool kTreeReduce = false;  // 0.95-0.98x at causal 4k-16k
   static constexpr int kMaxSlack = 0;
-  static constexpr bool kPrefetchNext = false;
   static constexpr bool kSkipKeyTiles = true;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
