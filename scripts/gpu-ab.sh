@@ -193,7 +193,12 @@ for v in names:
 kept = lambda m: ('__' in m and '.' in m and not m.startswith(('sm__pipe', 'smsp__average')) or
                   m.endswith('_per_issue_active.ratio') or
                   m.startswith('sm__pipe') and m.endswith('.avg.pct_of_peak_sustained_active'))
-nonzero = lambda m: any(values[m].get(v, '0').replace(',', '') not in ('0', '0.00', '') for v in names)
+def number(text):
+    try:
+        return float(text.replace(',', ''))
+    except ValueError:
+        return 0.0
+nonzero = lambda m: any(number(values[m].get(v, '0')) != 0.0 for v in names)
 short = lambda m: m.replace('smsp__average_warps_issue_stalled_', 'stalled ').replace('_per_issue_active.ratio', '')
 print('| metric | ' + ' | '.join(names) + ' |')
 print('|---' * (len(names) + 1) + '|')

@@ -276,6 +276,10 @@ TEST_F(GpuBackwardApi, NonDefaultStreamGraphCaptureAndCallerWorkspace) {
   EXPECT_GT(bytes, 0u);
   void* workspace = nullptr;
   ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+  // NaN in every byte: the call must write its statistics and clear its dq accumulator (in the
+  // row-statistics kernel) before anything reads them.
+  ASSERT_EQ(cudaMemset(workspace, 0xff, bytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   p.exec.workspace = workspace;
   p.exec.workspace_size = bytes;
   ASSERT_NO_FATAL_FAILURE(run_captured(stream.get(), [&] { return flashattn_bwd(&p); }));

@@ -100,7 +100,7 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
 // rescale saves: 0.93-1.00x (sm90a v11). No tile prefetches an item's Q and first K / V tiles
 // into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
-// gained 1.02-1.05x at 512 / 1k without a mask in v12, but today's kernel runs 1.00-1.02x faster
+// gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster
 // without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
 // v39). kClusterPairs: calls without a mask, softcap or ALiBi, from kFwdSm90ClusterMinKeys keys
 // and with an even number of query tiles per head (fwd_sm90_cluster_serves), run in clusters of
