@@ -6,7 +6,7 @@
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
-#                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] PATCH...
+#                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
@@ -23,12 +23,17 @@
 # and tensor-pipe activity and the warp stall reasons per issue, side by side (a difference in
 # time with the same instructions: which stall moved). Forward only. It runs after the rounds and
 # outside --deadline's count: leave it about a minute per variant of the call's time limit.
+# --source: after that, each variant's forward kernel at one such point under Nsight Compute's full
+# set with per-instruction stall samples: a table of the samples by stall reason (% of each
+# variant's samples) and each variant's most sampled instructions; the SASS pages, one per
+# variant, go to $OUT/source-<variant>.csv.gz. Outside --deadline too: about a minute per variant.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
+source=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
     --deadline) deadline="$2"; shift 2 ;;
     --bench-args) bench_args="$2"; shift 2 ;;
     --stalls) stalls="$2"; shift 2 ;;
+    --source) source="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -204,5 +210,59 @@ print('| metric | ' + ' | '.join(names) + ' |')
 print('|---' * (len(names) + 1) + '|')
 for m in sorted(m for m in values if kept(m) and nonzero(m)):
     print(f'| {short(m)} | ' + ' | '.join(values[m].get(v, '') for v in names) + ' |')
+PY
+fi
+
+[ -n "$source" ] && [ $dir = bwd ] && log "--source: forward only, not run with --bwd"
+if [ -n "$source" ] && [ $dir = fwd ]; then
+  IFS=, read -r sd sseq smask <<< "$source"
+  skip=0; [ "$smask" = causal ] && skip=1
+  for v in "${names[@]}"; do
+    rm -f "$work/$v.source.ncu-rep" "$out/source-$v.csv.gz"
+    timeout 300 ncu --clock-control none --set full --import-source no --kernel-name regex:fwd_kernel_sm \
+      --launch-skip "$skip" --launch-count 1 -f -o "$work/$v.source" "$work/$v/build/tools/flashattn/flashattn" bench \
+      --backend "$backend" --fwd-only --dims "$sd" --seqlens "$sseq" --warmup 0 --repeat 1 "${extra_bench_flags[@]}" \
+      > "$work/$v.source.log" 2>&1 || tail -5 "$work/$v.source.log"
+    if [ -f "$work/$v.source.ncu-rep" ]; then
+      ncu -i "$work/$v.source.ncu-rep" --page source --print-source sass --csv 2> /dev/null |
+        gzip > "$out/source-$v.csv.gz"
+    fi
+  done
+  log "per-instruction stall samples at d $sd, $sseq keys${smask:+, $smask} (ncu --set full; source-*.csv.gz):"
+  python3 - "$out" "${names[@]}" <<'PY'
+import csv, gzip, io, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+count = lambda text: int(text) if text.isdigit() else 0
+totals, tops = {}, {}
+for v in names:
+    path = f'{out}/source-{v}.csv.gz'
+    if not os.path.exists(path):
+        continue
+    rows = list(csv.reader(io.TextIOWrapper(gzip.open(path), errors='replace')))
+    at = next((i for i, r in enumerate(rows) if r and r[0] == 'Address'), None)
+    if at is None:
+        continue
+    header, data = rows[at], [r for r in rows[at + 1:] if len(r) == len(rows[at])]
+    column = {h: i for i, h in enumerate(header)}
+    reasons = [h for h in header if h.startswith('stall_') and not h.endswith('(Not Issued)')]
+    all_samples = column['Warp Stall Sampling (All Samples)']
+    totals[v] = {r: sum(count(d[column[r]]) for d in data) for r in reasons}
+    totals[v]['all'] = sum(count(d[all_samples]) for d in data)
+    first = int(data[0][0], 16) if data else 0
+    tops[v] = [(int(d[0], 16) - first, count(d[all_samples]), d[1].strip())
+               for d in sorted(data, key=lambda d: -count(d[all_samples]))[:8]]
+if totals:
+    shown = [v for v in names if v in totals]
+    print('| stall reason | ' + ' | '.join(f'{v} (%)' for v in shown) + ' |')
+    print('|---' * (len(shown) + 1) + '|')
+    for r in sorted({r for v in shown for r in totals[v] if r != 'all'}):
+        if any(totals[v].get(r, 0) for v in shown):
+            share = lambda v: 100 * totals[v].get(r, 0) / max(totals[v]['all'], 1)
+            print(f'| {r[6:]} | ' + ' | '.join(f'{share(v):.1f}' for v in shown) + ' |')
+    print('| samples | ' + ' | '.join(str(totals[v]['all']) for v in shown) + ' |')
+    for v in shown:
+        print(f'{v}: most sampled instructions (offset in the kernel, samples, SASS)')
+        for offset, samples, text in tops[v]:
+            print(f'  {offset:06x} {samples:6d}  {text[:90]}')
 PY
 fi
