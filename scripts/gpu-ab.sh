@@ -167,11 +167,20 @@ for (d, causal, seqlen), x in sorted(runs.items()):
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
 PY
 
+# Variant $1's forward kernel at the point $2 (D,SEQLEN[,causal]) once under ncu, given at most $3
+# seconds, with ncu's further arguments $4...
+ncu_point() {
+  local v=$1 d seqlen mask skip=0
+  IFS=, read -r d seqlen mask <<< "$2"
+  # One forward launch per point with --fwd-only: the non-causal point's, then the causal one's.
+  [ "$mask" = causal ] && skip=1
+  timeout "$3" ncu --clock-control none --kernel-name regex:fwd_kernel_sm --launch-skip "$skip" --launch-count 1 \
+    "${@:4}" "$work/$v/build/tools/flashattn/flashattn" bench --backend "$backend" --fwd-only --dims "$d" \
+    --seqlens "$seqlen" --warmup 0 --repeat 1 "${extra_bench_flags[@]}"
+}
+
 [ -n "$stalls" ] && [ $dir = bwd ] && log "--stalls: forward only, not run with --bwd"
 if [ -n "$stalls" ] && [ $dir = fwd ]; then
-  IFS=, read -r sd sseq smask <<< "$stalls"
-  # One forward launch per point with --fwd-only: the non-causal point's, then the causal one's.
-  skip=0; [ "$smask" = causal ] && skip=1
   metrics="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum"
   metrics+=",smsp__issue_active.avg.pct_of_peak_sustained_active"
   # ncu expands each pattern to every roll-up of the metrics it matches; the table below keeps the
@@ -179,12 +188,10 @@ if [ -n "$stalls" ] && [ $dir = fwd ]; then
   metrics+=",regex:^sm__pipe_tensor_op.*cycles_active"
   metrics+=",regex:^smsp__average_warps_issue_stalled_.*_per_issue_active"
   for v in "${names[@]}"; do
-    timeout 240 ncu --clock-control none --csv --kernel-name regex:fwd_kernel_sm --launch-skip "$skip" --launch-count 1 \
-      --metrics "$metrics" "$work/$v/build/tools/flashattn/flashattn" bench --backend "$backend" --fwd-only \
-      --dims "$sd" --seqlens "$sseq" --warmup 0 --repeat 1 "${extra_bench_flags[@]}" > "$work/$v.stalls.csv" 2> "$work/$v.stalls.err" ||
+    ncu_point "$v" "$stalls" 240 --csv --metrics "$metrics" > "$work/$v.stalls.csv" 2> "$work/$v.stalls.err" ||
       tail -5 "$work/$v.stalls.err"
   done
-  log "stalls at d $sd, $sseq keys${smask:+, $smask} (ncu, one launch each):"
+  log "stalls at (d, keys[, mask]) $stalls (ncu, one launch each):"
   python3 - "$work" "${names[@]}" <<'PY'
 import csv, io, sys
 work, names = sys.argv[1], sys.argv[2:]
@@ -215,20 +222,16 @@ fi
 
 [ -n "$source" ] && [ $dir = bwd ] && log "--source: forward only, not run with --bwd"
 if [ -n "$source" ] && [ $dir = fwd ]; then
-  IFS=, read -r sd sseq smask <<< "$source"
-  skip=0; [ "$smask" = causal ] && skip=1
   for v in "${names[@]}"; do
     rm -f "$work/$v.source.ncu-rep" "$out/source-$v.csv.gz"
-    timeout 300 ncu --clock-control none --set full --import-source no --kernel-name regex:fwd_kernel_sm \
-      --launch-skip "$skip" --launch-count 1 -f -o "$work/$v.source" "$work/$v/build/tools/flashattn/flashattn" bench \
-      --backend "$backend" --fwd-only --dims "$sd" --seqlens "$sseq" --warmup 0 --repeat 1 "${extra_bench_flags[@]}" \
-      > "$work/$v.source.log" 2>&1 || tail -5 "$work/$v.source.log"
+    ncu_point "$v" "$source" 300 --set full --import-source no -f -o "$work/$v.source" > "$work/$v.source.log" 2>&1 ||
+      tail -5 "$work/$v.source.log"
     if [ -f "$work/$v.source.ncu-rep" ]; then
       ncu -i "$work/$v.source.ncu-rep" --page source --print-source sass --csv 2> /dev/null |
         gzip > "$out/source-$v.csv.gz"
     fi
   done
-  log "per-instruction stall samples at d $sd, $sseq keys${smask:+, $smask} (ncu --set full; source-*.csv.gz):"
+  log "per-instruction stall samples at (d, keys[, mask]) $source (ncu --set full; source-*.csv.gz):"
   python3 - "$out" "${names[@]}" <<'PY'
 import csv, gzip, io, os, sys
 out, names = sys.argv[1], sys.argv[2:]

@@ -64,9 +64,10 @@ __global__ void __launch_bounds__(kRowWarps * 32) row_stats_kernel(const __grid_
       (int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32) * (32 / lanes) + lane / lanes;
   const int h = blockIdx.y;
   const bool exists = row < p.stats_rows_per_head;  // no return: the row's lanes shuffle below
+  RowPlace at{};
   float delta = 0.f;
   if (exists) {
-    const RowPlace at = place_row(p, row);
+    at = place_row(p, row);
     const Element* out = static_cast<const Element*>(p.out) +
                          at.offset(h, p.out_batch_stride, p.out_row_stride, p.out_head_stride);
     const Element* dout = static_cast<const Element*>(p.dout) +
@@ -82,7 +83,6 @@ __global__ void __launch_bounds__(kRowWarps * 32) row_stats_kernel(const __grid_
   }
   for (int offset = lanes / 2; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xffffffffu, delta, offset);
   if (exists && part == 0) {
-    const RowPlace at = place_row(p, row);
     const float lse = p.lse[at.offset(h, p.lse_batch_stride, p.lse_row_stride, p.lse_head_stride)];
     p.stats[int64_t(h) * p.stats_rows_per_head + row] =
         lse == -INFINITY ? RowStats{INFINITY, 0.f} : RowStats{lse * kLog2e, delta};
