@@ -6,9 +6,10 @@
 // item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
 // rows each: S = Q K^T by wgmma from shared memory, the online softmax of the sm80 kernel on the
 // accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
-// group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand; a
-// tile's softmax runs while the previous tile's O product is in flight (the softcap / ALiBi
-// instantiation waits for both products first). Two consumer warpgroups take turns at the tensor
+// group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
+// where the tile table has kSoftmaxOverlapsO a tile's softmax runs while the previous tile's O
+// product is in flight (elsewhere ptxas waits for both products first, as the softcap / ALiBi
+// instantiation does by design). Two consumer warpgroups take turns at the tensor
 // cores (ping-pong): each issues its products only after the other has issued its own, so that one
 // warpgroup's softmax runs while the other's products occupy the tensor cores. Under a causal mask
 // or a window's right edge a warpgroup whose 64 rows end a key tile before the item's skips that
@@ -371,17 +372,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
     // the item's last read of Q: its buffer goes back to the producer. With K::kStageOInKv the
     // last K and V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0
-    // here that its last S has read the K stage.
+    // here that its last S has read the K stage. These releases open the softmax, or with
+    // K::kSoftmaxOverlapsO close it (tile_size.h).
     float correction[1][2];
     bool rescale_o = true;
     auto softmax_tile = [&](int i) {
       warpgroup_fence_operand(tSrS);
       const bool last = i == n_keys - 1;
-      if (leader) {
-        if (!(K::kStageOInKv && last)) release_stage(shared.k_empty[(kv_loads + i) % K::kStages]);
-        if (last) Empty::arrive(&shared.q_empty);
-      }
-      if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStageReadBarrier);
+      auto release_read_stages = [&] {
+        if (leader) {
+          if (!(K::kStageOInKv && last)) release_stage(shared.k_empty[(kv_loads + i) % K::kStages]);
+          if (last) Empty::arrive(&shared.q_empty);
+        }
+        if (K::kStageOInKv && last && wg == 1) NamedBarrier::arrive(256, kStageReadBarrier);
+      };
+      if constexpr (!K::kSoftmaxOverlapsO) release_read_stages();
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
@@ -393,6 +398,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if constexpr (K::kMaxSlack > 0) {
         rescale_o = __any_sync(0xffffffffu, correction[0][0] != 1.f || correction[0][1] != 1.f);
       }
+      if constexpr (K::kSoftmaxOverlapsO) release_read_stages();
     };
     auto rescale = [&] {
       if (rescale_o) OnlineSoftmax<1>::rescale(acc_o, correction);
@@ -407,8 +413,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 
     // Key tiles from the last to the first. Tile i's S = Q K^T runs on the tensor cores while
     // this warpgroup waits for nothing but it; from the second tile on, the next tile's S and this
-    // tile's O += P V are in flight together, and the softmax of the next tile overlaps the O
-    // product.
+    // tile's O += P V are in flight together, and with K::kSoftmaxOverlapsO the softmax of the next
+    // tile overlaps the O product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
       release_pending_stage();
@@ -450,9 +456,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         if constexpr (K::kRescaleInTurn) rescale();
         issue_o(i - 1);
         turn_end();
-        // S of tile i; O += P V of tile i - 1 may still run, reading tOrP. The score modifiers'
-        // extra registers do not fit beside a live P at d 128 (20 bytes of spills): that
-        // instantiation waits for both products before its softmax.
+        // S of tile i; O += P V of tile i - 1 may still run, reading tOrP (without
+        // K::kSoftmaxOverlapsO ptxas moves the full wait below up to the softmax's start). The
+        // score modifiers' extra registers do not fit beside a live P at d 128 (20 bytes of
+        // spills): that instantiation waits for both products before its softmax.
         warpgroup_wait<kScoreMods ? 0 : 1>();
         softmax_tile(i);
         warpgroup_wait<0>();

@@ -35,6 +35,7 @@ struct FwdSm90 {
   static constexpr bool kTreeReduce = Tile::kTreeReduce;
   static constexpr int kMaxSlack = Tile::kMaxSlack;
   static constexpr bool kSkipKeyTiles = Tile::kSkipKeyTiles;
+  static constexpr bool kSoftmaxOverlapsO = Tile::kSoftmaxOverlapsO;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with: the

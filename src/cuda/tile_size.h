@@ -107,7 +107,14 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // two CTAs that take two query tiles of a head and load each K / V tile once for both (TMA
 // multicast): half the K / V bytes from L2, which at the power cap the long calls run under gives
 // the SMs a higher clock (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at
-// the same 700 W; sm90a v29).
+// the same 700 W; sm90a v29). kSoftmaxOverlapsO: the leader's release of the K stage (and at an
+// item's last tile of Q) closes a tile's softmax rather than opening it. ptxas hoists the wait for
+// the previous tile's O product up to those mbarrier arrivals, so where they open the softmax it
+// runs after both products (the turns alone overlap softmax and products); where they close it,
+// the softmax also overlaps the warpgroup's own O product. The latter at d 256: causal +1-2%
+// from 512 to 8k in two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within 1%; at d 64 /
+// 128 it lost 1-8% (0.93-0.96x at d 64 below 16k), and neither more stages (three) nor the wait
+// written before the softmax recovered it (sm90a v43).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -127,6 +134,7 @@ template <> struct FwdTileSm90<64> {
   // 4k outweighed that (sm90a v24).
   static constexpr bool kSkipKeyTiles = false;
   static constexpr bool kClusterPairs = false;  // calls without a mask take the wide tile
+  static constexpr bool kSoftmaxOverlapsO = false;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. d 96 follows d 128 here, not
 // timed on its own. 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
@@ -142,6 +150,7 @@ template <> struct FwdTileSm90<96> {
   static constexpr int kMaxSlack = 8;  // follows d 128 (not timed on its own)
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 96
+  static constexpr bool kSoftmaxOverlapsO = false;  // follows d 128 (not timed on its own)
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
@@ -150,6 +159,7 @@ template <> struct FwdTileSm90<128> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = true;
+  static constexpr bool kSoftmaxOverlapsO = false;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
 // staged in the last K / V stages). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes
@@ -162,6 +172,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
   static constexpr bool kSkipKeyTiles = true;  // follows d 256 (not timed on its own)
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 192
+  static constexpr bool kSoftmaxOverlapsO = true;  // follows d 256 (not timed on its own)
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
 // S 40 + P 20 + O 128 registers, 224 KB (the output staged in the last K / V stages). Measured
@@ -173,6 +184,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
   static constexpr bool kClusterPairs = true;
+  static constexpr bool kSoftmaxOverlapsO = true;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -199,6 +211,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kTreeReduce = false;  // 0.95-0.98x at causal 4k-16k
   static constexpr int kMaxSlack = 0;
   static constexpr bool kSkipKeyTiles = true;
+  static constexpr bool kSoftmaxOverlapsO = false;  // 0.93-0.96x below 16k keys (v43)
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
 // The clusters of two (kClusterPairs) from this many keys: the two CTAs wait for each other at
