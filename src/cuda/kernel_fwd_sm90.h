@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         issue_o(i - 1);
         turn_end();
         // S of tile i; O += P V of tile i - 1 may still run, reading tOrP (without
-        // K::kSoftmaxOverlapsO ptxas moves the full wait below up to the softmax's start). The
+        // K::kSoftmaxOverlapsO ptxas moves the full wait below up to before the exponentials). The
         // score modifiers' extra registers do not fit beside a live P at d 128 (20 bytes of
         // spills): that instantiation waits for both products before its softmax.
         warpgroup_wait<kScoreMods ? 0 : 1>();

@@ -108,13 +108,15 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // multicast): half the K / V bytes from L2, which at the power cap the long calls run under gives
 // the SMs a higher clock (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at
 // the same 700 W; sm90a v29). kSoftmaxOverlapsO: the leader's release of the K stage (and at an
-// item's last tile of Q) closes a tile's softmax rather than opening it. ptxas hoists the wait for
-// the previous tile's O product up to those mbarrier arrivals, so where they open the softmax it
-// runs after both products (the turns alone overlap softmax and products); where they close it,
-// the softmax also overlaps the warpgroup's own O product. The latter at d 256: causal +1-2%
-// from 512 to 8k in two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within 1%; at d 64 /
-// 128 it lost 1-8% (0.93-0.96x at d 64 below 16k), and neither more stages (three) nor the wait
-// written before the softmax recovered it (sm90a v43).
+// item's last tile of Q) closes a tile's softmax rather than opening it. ptxas moves the wait for
+// the previous tile's O product up to the start of its basic block: where the arrivals' branch
+// opens the softmax, the block starts after them (and after a masked tile's mask), and the
+// exponentials run after both products (the turns alone overlap softmax and products); where the
+// arrivals close it, the softmax also overlaps the warpgroup's own O product. The latter at d 256:
+// causal +1-2% from 512 to 8k in two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within
+// 1%; at d 64 / 128 it lost 1-8% (0.93-0.96x at d 64 below 16k: the K and V stages go back a
+// softmax later), and neither three stages nor the wait written before the softmax recovered it
+// (sm90a v43).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
