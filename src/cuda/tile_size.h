@@ -216,10 +216,11 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kSoftmaxOverlapsO = false;  // 0.93-0.96x below 16k keys (v43)
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
-// The clusters of two (kClusterPairs) from this many keys: the two CTAs wait for each other at
-// every K / V stage, which cost 1.6-2.2% at d 128 with 1k / 2k keys (8-16 key tiles per item),
-// where the L2 bytes saved matter less (1.00-1.03x from 4k in bursts; sm90a v29).
-constexpr int kFwdSm90ClusterMinKeys = 4096;
+// The clusters of two (kClusterPairs) from this many keys. The two CTAs wait for each other at
+// every K / V stage; the L2 bytes saved buy clock at the power cap, where the grid runs. From 2k,
+// timed interleaved with cuDNN: 1.02-1.06x the single CTAs at 2k, 1.04-1.05x at 4k (in bursts 1.00
+// at 2k); with 1k keys (8 key tiles per item) 0.95x and 0.97-0.98x in bursts (sm90a v29, v45).
+constexpr int kFwdSm90ClusterMinKeys = 2048;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
