@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
 """flashattn (its C API through scripts/flashattn_ctypes.py), PyTorch's FlashAttention-2 and cuDNN
-backends of scaled_dot_product_attention (and with --sm80 our cuda-sm80 forward) on the same tensors
-at each point of the standard grid (16k tokens, heads * d = 2048, bf16), timed in alternation: per
-point, `rounds` rounds of one batch of `repeat` back-to-back calls per library (CUDA events around
-the batch, so that host overhead between calls is hidden as in an engine's stream), each library's
-time the median of its rounds. Alternating within a point keeps the GPU's clock drift (its
-temperature follows the last minutes of work) from favouring whichever library a grid-by-grid
-comparison runs first. The order rotates each round, so that no library always follows the same
-one. Each timed batch follows, with no gap, untimed calls of the same library for about
---warmup-ms: under the power cap a batch starts at the clock the previous library's batch left, and
-the calls timed one by one (--per-call; d 128, 16k keys) showed our backward's first three calls of
-a batch 19 / 11 / 3.5% slower than its last ones without a mask (FA2's 3 / 0 / 0%), and both
-ramping over 60-80 ms under a causal mask (docs/performance.md): without the warm-up a batch times
-the previous library's power draw as much as its own. The forward of the peers is timed on tensors
-that do not require gradients (their fastest, inference kernels); ours writes lse as well. Prints
-the bf16 GEMM rate (its batches warmed up alike) and a table. Runs on the device machine only."""
+backends of scaled_dot_product_attention (with --sm80 our cuda-sm80 forward too, with --variant
+other builds of our library) on the same tensors at each point of the standard grid (16k tokens,
+heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one batch of `repeat`
+back-to-back calls per library (CUDA events around the batch, so that host overhead between calls is
+hidden as in an engine's stream), each library's time the median of its rounds. Alternating within a
+point keeps the GPU's clock drift (its temperature follows the last minutes of work) from favouring
+whichever library a grid-by-grid comparison runs first. The order rotates each round, so that no
+library always follows the same one. Each timed batch follows, with no gap, untimed calls of the
+same library for about --warmup-ms: under the power cap a batch starts at the clock the previous
+library's batch left, and the calls timed one by one (--per-call; d 128, 16k keys) showed our
+backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones without a mask
+(FA2's 3 / 0 / 0%), and both ramping over 60-80 ms under a causal mask (docs/performance.md):
+without the warm-up a batch times the previous library's power draw as much as its own. The forward
+of the peers is timed on tensors that do not require gradients (their fastest, inference kernels);
+ours writes lse as well. Prints the bf16 GEMM rate (its batches warmed up alike) and a table. Runs
+on the device machine only."""
 import argparse
 import contextlib
 import math
@@ -142,11 +143,16 @@ def main():
     parser.add_argument("--sm80", action="store_true",
                         help="also our cuda-sm80 backend's forward (the A100-class kernels on this GPU), in two more "
                              "columns (the backward is the same kernel on either backend)")
+    parser.add_argument("--variant", action="append", default=[], metavar="PATH",
+                        help="another build of libflashattn.so (repeatable), timed in the same alternation on the "
+                             "same tensors: its TFLOP/s and its ratio to --lib's in two more columns each (an A / B "
+                             "comparison free of the spread between processes)")
     parser.add_argument("--per-call", action="store_true",
                         help="time each call of a batch too (an event between calls) and print, per library, "
                              "each position's median over the rounds: whether a batch's first calls differ")
     args = parser.parse_args()
     lib = fc.Library(args.lib)
+    variants = [fc.Library(path) for path in args.variant]
     torch.manual_seed(0)
 
     # The GEMM timed as the libraries are, each batch after about --warmup-ms of its own calls, so that
@@ -157,6 +163,7 @@ def main():
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
           f"{args.backend}; inputs {args.data}, {args.layout}")
     sm80_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
+    sm80_header += "".join(f" {f'v{i}':>7} {f'v{i} / ours':>10}" for i in range(1, len(variants) + 1))
     print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
           f"{'x cudnn':>7} {'% gemm':>6}{sm80_header}", flush=True)
     directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
@@ -172,6 +179,9 @@ def main():
                     grads = [torch.empty_like(q) for _ in range(3)] if direction == "bwd" else [None] * 3
                     ours = Ours(lib, args.backend, q, k, v, out, lse, dout, *grads, causal)
                     fns = {"flashattn": (lambda: ours.run(direction), None)}
+                    others = [Ours(vlib, args.backend, q, k, v, out, lse, dout, *grads, causal) for vlib in variants]
+                    for i, other in enumerate(others, 1):
+                        fns[f"v{i}"] = (lambda other=other: other.run(direction), None)
                     if direction == "fwd":
                         if args.sm80:
                             sm80 = Ours(lib, "cuda-sm80", q, k, v, out, lse, None, None, None, None, causal)
@@ -214,6 +224,8 @@ def main():
                     sm80_tf = tflops.get("flashattn-sm80", float("nan"))
                     sm80_columns = (f" {sm80_tf:>7.1f} {sm80_tf / fa2:>10.3f}" if args.sm80 and direction == "fwd"
                                     else "")
+                    sm80_columns += "".join(f" {tflops[f'v{i}']:>7.1f} {tflops[f'v{i}'] / ours_tf:>10.3f}"
+                                            for i in range(1, len(others) + 1))
                     print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {fa2:>7.1f} {cudnn:>7.1f} "
                           f"{ours_tf / fa2:>6.3f} {ours_tf / cudnn:>7.3f} "
                           f"{100 * ours_tf / gemm:>6.1f}{sm80_columns}", flush=True)
@@ -222,7 +234,7 @@ def main():
                             medians = (statistics.median(r[i] for r in rounds) for i in range(args.repeat))
                             print(f"#   {name} per call (ms, median of {len(rounds)} rounds): "
                                   + " ".join(f"{ms:.3f}" for ms in medians), flush=True)
-                    del ours, fns, q, k, v, dout, out, lse, grads
+                    del ours, others, fns, q, k, v, dout, out, lse, grads
                     sm80 = None
                     torch.cuda.empty_cache()
 

@@ -6,7 +6,8 @@
 # the working tree (`git diff > ab/x.patch`: untracked, so the call takes them). Usage:
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
-#                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]] PATCH...
+#                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]]
+#                     [--interleaved N] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
@@ -27,13 +28,20 @@
 # set with per-instruction stall samples: a table of the samples by stall reason (% of each
 # variant's samples) and each variant's most sampled instructions; the SASS pages, one per
 # variant, go to $OUT/source-<variant>.csv.gz. Outside --deadline too: about a minute per variant.
+# --interleaved: after the rounds (--rounds 0: instead of them), N processes of
+# scripts/bench_interleaved.py with A as --lib and the other variants as --variant: every variant,
+# FA2 and cuDNN alternate within each point on the same tensors after the same warm-up, as the grid
+# times them (at the power cap, where a change that saves energy gains clock: the cluster pairs ran
+# 1.00x in bursts and 1.04x there, docs/performance.md sm90a v45). A table of each point's A x cuDNN
+# and each variant / A per process, and the mean of the latter; the processes' output goes to
+# $OUT/interleaved-<n>.txt. Outside --deadline's count: about 3 s per point and variant per process.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
-source=""
+source="" interleaved=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -47,6 +55,7 @@ while [ $# -gt 0 ]; do
     --bench-args) bench_args="$2"; shift 2 ;;
     --stalls) stalls="$2"; shift 2 ;;
     --source) source="$2"; shift 2 ;;
+    --interleaved) interleaved="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -166,6 +175,37 @@ for (d, causal, seqlen), x in sorted(runs.items()):
     ratios = [f'{mean[v] / mean["A"]:.3f}' if v in mean and 'A' in mean else 'nan' for v in names[1:]]
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
 PY
+
+if [ "$interleaved" -gt 0 ]; then
+  variant_flags=() bwd_flag=()
+  for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
+  [ $dir = bwd ] && bwd_flag=(--bwd)
+  for n in $(seq 1 "$interleaved"); do
+    timeout 300 python3 scripts/bench_interleaved.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
+      "${bwd_flag[@]}" --dims "$dims" --seqlens "$seqlens" > "$out/interleaved-$n.txt" 2> "$work/interleaved-$n.err" ||
+      tail -3 "$work/interleaved-$n.err"
+  done
+  log "interleaved with the peers, $interleaved processes (bench_interleaved.py; interleaved-*.txt):"
+  python3 - "$out" "$interleaved" "$dir" "${names[@]}" <<'PY'
+import collections, sys
+out, processes, direction, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+# A row: dir d seqlen causal ours fa2 cudnn x-fa2 x-cudnn %gemm, then TFLOP/s and ratio to A per variant.
+points = collections.defaultdict(list)
+for n in range(1, processes + 1):
+    for line in open(f'{out}/interleaved-{n}.txt'):
+        f = line.split()
+        if len(f) == 10 + 2 * (len(names) - 1) and f[0] == direction:
+            points[(int(f[1]), int(f[3]), int(f[2]))].append((float(f[8]), [float(x) for x in f[11::2]]))
+print('| d | seqlen | causal | A x cuDNN | ' + ' | '.join(f'{v} / A (processes) | {v} / A' for v in names[1:]) + ' |')
+print('|---' * (4 + 2 * (len(names) - 1)) + '|')
+for (d, causal, seqlen), runs in sorted(points.items()):
+    cells = [' / '.join(f'{x:.3f}' for x, _ in runs)]
+    for i in range(len(names) - 1):
+        ratios = [r[i] for _, r in runs]
+        cells += [' / '.join(f'{x:.3f}' for x in ratios), f'{sum(ratios) / len(ratios):.3f}']
+    print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' |')
+PY
+fi
 
 # Variant $1's forward kernel at the point $2 (D,SEQLEN[,causal]) once under ncu, given at most $3
 # seconds, with ncu's further arguments $4...
