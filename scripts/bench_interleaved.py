@@ -6,8 +6,11 @@ heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one
 back-to-back calls per library (CUDA events around the batch, so that host overhead between calls is
 hidden as in an engine's stream), each library's time the median of its rounds. Alternating within a
 point keeps the GPU's clock drift (its temperature follows the last minutes of work) from favouring
-whichever library a grid-by-grid comparison runs first. The order rotates each round, so that no
-library always follows the same one. Each timed batch follows, with no gap, untimed calls of the
+whichever library a grid-by-grid comparison runs first. Each round takes the libraries in a new
+order (a seeded shuffle), so that no library always follows the same one: a rotation of one list
+kept each library's predecessor, and one build timed right after another of the same kernel ran
+it 1.4-3.2% faster at d 256 without a mask, 512 keys, in four processes of four
+(docs/performance.md, sm90a v47). Each timed batch follows, with no gap, untimed calls of the
 same library for about --warmup-ms: under the power cap a batch starts at the clock the previous
 library's batch left, and the calls timed one by one (--per-call; d 128, 16k keys) showed our
 backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones without a mask
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import math
 import os
+import random
 import statistics
 import sys
 
@@ -207,7 +211,7 @@ def main():
                             times[name] = None
                     names = list(fns)
                     for r in range(args.rounds):
-                        for name in names[r % len(names):] + names[:r % len(names)]:
+                        for name in random.Random(r).sample(names, len(names)):
                             fn, backend = fns[name]
                             if times[name] is None:
                                 continue
