@@ -83,7 +83,7 @@ std::vector<AttnCase> forward_cases() {
     c.batch = 3, c.heads_q = 8, c.heads_kv = 2, c.causal = true;
     cases.push_back(c);
   }
-  // Without a mask, from 4k keys and with an even number of query tiles per head, the sm90a kernel
+  // Without a mask, from 2k keys and with an even number of query tiles per head, the sm90a kernel
   // at d 128 / 256 runs in clusters of two CTAs that share each K / V tile (kClusterPairs,
   // tile_size.h): more pairs than an H100 runs clusters (about 66), so that some CTAs take a second
   // item (at d 256 its loads land in the stages that staged the first item's output; every head's
@@ -100,6 +100,9 @@ std::vector<AttnCase> forward_cases() {
   cases.push_back(c);
   c = shape(256, 4100, 120);  // 4 pairs on the d 128 tile
   c.batch = 1, c.heads_q = 4, c.heads_kv = 2;
+  cases.push_back(c);
+  c = shape(256, 2048, 128);  // 8 pairs, at the clusters' threshold (kFwdSm90ClusterMinKeys)
+  c.batch = 2, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
   // A causal mask on enough query rows for the sm90a forward's wide tile at d 64
   // (kFwdSm90WideMinMaskedRows, launch_fwd_sm90.h).
@@ -425,7 +428,7 @@ TEST_F(GpuForwardApi, NonDefaultStreamAndGraphCapture) {
   EXPECT_EQ(max_abs_diff(data_.lse, expected_.lse), 0.0);
 }
 
-// On a Hopper GPU, the clusters' launch (sm90a at d 128 / 256 without a mask, from 4k keys) under
+// On a Hopper GPU, the clusters' launch (sm90a at d 128 / 256 without a mask, from 2k keys) under
 // graph capture as its kernel's first call in the process (f16 at d 128: no other case takes that
 // kernel), where the launcher asks the device how many clusters it runs: nothing in the call may
 // break the capture, and the replay gives the uncaptured call's result, bit for bit.
