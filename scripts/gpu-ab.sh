@@ -66,7 +66,8 @@ mkdir -p "$out"
 csvs=/tmp/gpu-ab-csv
 t0=$(date +%s)
 log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version,uuid,power.limit,clocks.max.sm,temperature.gpu \
+  --format=csv,noheader
 
 # Variant trees under /tmp/gpu-ab: A is the working tree, the others A plus one patch each.
 letters=(B C D E F G H)

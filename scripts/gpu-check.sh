@@ -69,7 +69,10 @@ t0=$(date +%s)
 note() { summary+=("$1"); echo "[$(( $(date +%s) - t0 )) s] $1"; }
 pack_logs() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tar.gz" -C "$out" . ; }
 trap pack_logs EXIT
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/device.txt"
+# The GPU's identity and power state with every result: one kernel's grid point moved by 4-7% between
+# two machines of the same kind (docs/performance.md, the grid after sm90a v45).
+nvidia-smi --query-gpu=name,memory.total,driver_version,uuid,power.limit,clocks.max.sm,temperature.gpu \
+  --format=csv,noheader | tee "$out/device.txt"
 
 gtest_flags=()
 [ -f /usr/include/gtest/gtest.h ] || gtest_flags=(-DGTEST_ROOT="$PWD/.deps/gtest")
