@@ -7,10 +7,12 @@ back-to-back calls per library (CUDA events around the batch, so that host overh
 hidden as in an engine's stream), each library's time the median of its rounds. Alternating within a
 point keeps the GPU's clock drift (its temperature follows the last minutes of work) from favouring
 whichever library a grid-by-grid comparison runs first. Each round takes the libraries in a new
-order (a seeded shuffle), so that no library always follows the same one: a rotation of one list
-kept each library's predecessor, and one build timed right after another of the same kernel ran
-it 1.4-3.2% faster at d 256 without a mask, 512 keys, in four processes of four
-(docs/performance.md, sm90a v47). Each timed batch follows, with no gap, untimed calls of the
+random order, drawn afresh in every round of every point and process (--seed repeats a run's), so
+that no library always follows the same one: a rotation of one list kept each library's
+predecessor, and one build timed right after another of the same kernel ran it 1.4-3.2% faster at
+d 256 without a mask, 512 keys, in four processes of four; one shuffle per round index, the same
+at every point and in every process, gave one build of a kernel 0.970x another's at d 256 8k in
+two processes of two (docs/performance.md, sm90a v47 and the grid after v45). Each timed batch follows, with no gap, untimed calls of the
 same library for about --warmup-ms: under the power cap a batch starts at the clock the previous
 library's batch left, and the calls timed one by one (--per-call; d 128, 16k keys) showed our
 backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones without a mask
@@ -151,12 +153,16 @@ def main():
                         help="another build of libflashattn.so (repeatable), timed in the same alternation on the "
                              "same tensors: its TFLOP/s and its ratio to --lib's in two more columns each (an A / B "
                              "comparison free of the spread between processes)")
+    parser.add_argument("--seed", type=int, help="the seed of the libraries' order in each round "
+                        "(default: a fresh one, printed in the header)")
     parser.add_argument("--per-call", action="store_true",
                         help="time each call of a batch too (an event between calls) and print, per library, "
                              "each position's median over the rounds: whether a batch's first calls differ")
     args = parser.parse_args()
     lib = fc.Library(args.lib)
     variants = [fc.Library(path) for path in args.variant]
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    order_rng = random.Random(seed)
     torch.manual_seed(0)
 
     # The GEMM timed as the libraries are, each batch after about --warmup-ms of its own calls, so that
@@ -165,7 +171,7 @@ def main():
     print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s (each batch after about {args.warmup_ms:g} ms of its own calls)")
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
-          f"{args.backend}; inputs {args.data}, {args.layout}")
+          f"{args.backend}; inputs {args.data}, {args.layout}; order seed {seed}")
     sm80_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
     sm80_header += "".join(f" {f'v{i}':>7} {f'v{i} / ours':>10}" for i in range(1, len(variants) + 1))
     print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
@@ -211,7 +217,7 @@ def main():
                             times[name] = None
                     names = list(fns)
                     for r in range(args.rounds):
-                        for name in random.Random(r).sample(names, len(names)):
+                        for name in order_rng.sample(names, len(names)):
                             fn, backend = fns[name]
                             if times[name] is None:
                                 continue
