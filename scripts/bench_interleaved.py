@@ -172,10 +172,11 @@ def main():
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
           f"{args.backend}; inputs {args.data}, {args.layout}; order seed {seed}")
-    sm80_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
-    sm80_header += "".join(f" {f'v{i}':>7} {f'v{i} / ours':>10}" for i in range(1, len(variants) + 1))
+    # Extra columns: our sm80 forward (--sm80), then each --variant.
+    extra_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
+    extra_header += "".join(f" {f'v{i}':>7} {f'v{i} / ours':>10}" for i in range(1, len(variants) + 1))
     print(f"{'dir':>3} {'d':>4} {'seqlen':>6} {'causal':>6} {'flashattn':>9} {'fa2':>7} {'cudnn':>7} {'x fa2':>6} "
-          f"{'x cudnn':>7} {'% gemm':>6}{sm80_header}", flush=True)
+          f"{'x cudnn':>7} {'% gemm':>6}{extra_header}", flush=True)
     directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
     for direction in directions:
         for causal in (False, True):
@@ -232,13 +233,13 @@ def main():
                               for name, t in times.items()}
                     ours_tf, fa2, cudnn = tflops["flashattn"], tflops["torch-fa2"], tflops["torch-cudnn"]
                     sm80_tf = tflops.get("flashattn-sm80", float("nan"))
-                    sm80_columns = (f" {sm80_tf:>7.1f} {sm80_tf / fa2:>10.3f}" if args.sm80 and direction == "fwd"
+                    extra_columns = (f" {sm80_tf:>7.1f} {sm80_tf / fa2:>10.3f}" if args.sm80 and direction == "fwd"
                                     else "")
-                    sm80_columns += "".join(f" {tflops[f'v{i}']:>7.1f} {tflops[f'v{i}'] / ours_tf:>10.3f}"
+                    extra_columns += "".join(f" {tflops[f'v{i}']:>7.1f} {tflops[f'v{i}'] / ours_tf:>10.3f}"
                                             for i in range(1, len(others) + 1))
                     print(f"{direction:>3} {d:>4} {seqlen:>6} {int(causal):>6} {ours_tf:>9.1f} {fa2:>7.1f} {cudnn:>7.1f} "
                           f"{ours_tf / fa2:>6.3f} {ours_tf / cudnn:>7.3f} "
-                          f"{100 * ours_tf / gemm:>6.1f}{sm80_columns}", flush=True)
+                          f"{100 * ours_tf / gemm:>6.1f}{extra_columns}", flush=True)
                     for name, rounds in per_call.items():
                         if rounds:
                             medians = (statistics.median(r[i] for r in rounds) for i in range(args.repeat))
