@@ -121,7 +121,9 @@ fi
 
 if [ $run_sanitizer = 1 ]; then
   # (The 256 x 4100 case without its _sm80 variant: the sm90a clusters are the path under test.)
-  small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq113_sk203_h4x4_d256_bf16*:*b2_sq256_sk4100_h3x1_d256_bf16:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*:*new5_rot64*:*dv40*:*split3*:*b3_sq1_sk3000_h32x8_d128_bf16_paged16*:*b3_sq1_sk700_h12x2*:*GpuMerge*"
+  small_fwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq113_sk203_h4x4_d256_bf16*:*b2_sq256_sk4100_h3x1_d256_bf16"
+  small_fwd+=":*b2_sq512_sk2100_h6x2_d256_f16_causal:*b3_sq7_sk700_h8x2_d128_bf16_paged16*:*varlen_paged16*:*drop17*"
+  small_fwd+=":*new5_rot64*:*dv40*:*split3*:*b3_sq1_sk3000_h32x8_d128_bf16_paged16*:*b3_sq1_sk700_h12x2*:*GpuMerge*"
   small_bwd="*b2_sq113_sk203_h4x4_d64_bf16*:*b2_sq113_sk203_h4x4_d200_bf16:*d16_dv256*:*b3_sq70_sk2900_h8x4_d64_bf16:*GpuBackwardTail*:*b2_sq5_sk2_h4x4_d256_bf16*:*varlen*:*drop17*:*dv40*:*sq0_*:*sk0_*"
   for tool in memcheck racecheck; do
     for suite in $suites; do

@@ -104,6 +104,27 @@ std::vector<AttnCase> forward_cases() {
   c = shape(256, 2048, 128);  // 8 pairs, at the clusters' threshold (kFwdSm90ClusterMinKeys)
   c.batch = 2, c.heads_q = 4, c.heads_kv = 2;
   cases.push_back(c);
+  // Under a causal mask too (the pairs' rows interleaved, fwd_tile): more pairs than clusters, a
+  // pair whose second warpgroups' rows are past the queries (129 rows: two query tiles), keys past
+  // the queries (the mask's diagonal at the bottom right), f16.
+  c = shape(129, 4100, 128);  // 68 pairs
+  c.batch = 1, c.heads_q = 68, c.heads_kv = 4, c.causal = true;
+  cases.push_back(c);
+  c = shape(512, 2100, 256, FLASHATTN_F16);  // 24 pairs
+  c.batch = 2, c.heads_q = 6, c.heads_kv = 2, c.causal = true;
+  cases.push_back(c);
+  c = shape(2048, 2048, 128);  // 64 pairs
+  c.batch = 1, c.heads_q = 8, c.heads_kv = 8, c.causal = true;
+  cases.push_back(c);
+  // More queries than keys: the first pair of every head has no key (at d 256 its zeros staged
+  // through Q's buffer), and warpgroups without keys inside pairs with some; and a window's right
+  // edge alone.
+  c = shape(2560, 2048, 256);  // 20 pairs
+  c.batch = 1, c.heads_q = 2, c.heads_kv = 1, c.causal = true;
+  cases.push_back(c);
+  c = shape(512, 2300, 128);  // 8 pairs
+  c.batch = 2, c.heads_q = 4, c.heads_kv = 4, c.window_right = 90;
+  cases.push_back(c);
   // A causal mask on enough query rows for the sm90a forward's wide tile at d 64
   // (kFwdSm90WideMinMaskedRows, launch_fwd_sm90.h).
   c = shape(8200, 8233, 64);

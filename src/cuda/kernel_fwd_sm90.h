@@ -16,11 +16,12 @@
 // tile (where the tile table has kSkipKeyTiles). Each warpgroup writes its rows of O into a staging
 // tile in shared memory (above d 128 the item's last K or V stage, once both warpgroups' products
 // are done with it) and TMA stores take them out. Where the tile table has kClusterPairs (d 128 /
-// 256), calls without a mask, softcap or ALiBi, from kFwdSm90ClusterMinKeys keys, with an even
-// number of query tiles per head, run in clusters of two CTAs that take two query tiles of a head
-// at once (fwd_sm90_cluster_serves): each CTA's producer loads half of every K / V tile into both
-// CTAs' stages (TMA multicast), and a stage goes back to the producers once the consumers of both
-// CTAs are done with it.
+// 256), calls without softcap or ALiBi, without a mask or with a right edge only, from
+// kFwdSm90ClusterMinKeys keys, with an even number of query tiles per head, run in clusters of two
+// CTAs that take two query tiles of a head at once, their rows interleaved so that both CTAs need
+// the same key tiles (fwd_sm90_cluster_serves, fwd_tile): each CTA's producer loads half of every
+// K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the producers once
+// the consumers of both CTAs are done with it.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,39 @@ __device__ __forceinline__ uint32_t opaque_zero() {
   return zero;
 }
 
+// The work hand-out of a cluster of two (K::kCluster), between the producers only: rank 0's writes
+// each item into rank 1's hand-out slot and arrives on its full barrier; rank 1's reads it and
+// arrives on rank 0's empty barrier of the slot. Writer and reader sit in different CTAs: release
+// and acquire at cluster scope, which cost a GPU-scope fence (MEMBAR.ALL.GPU) per arrival and an
+// L1 invalidation per wait: the consumers, 256 threads, read their own CTA's slot at CTA scope
+// (v49 had them arrive on rank 0's barrier: d 256 2k 0.94x). The address of `local`'s counterpart
+// in CTA `cta` of the cluster:
+__device__ __forceinline__ uint32_t cluster_address(const void* local, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(cute::cast_smem_ptr_to_uint(local)), "r"(cta));
+  return remote;
+}
+__device__ __forceinline__ void store_in_cta(int* local, uint32_t cta, int value) {
+  asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(cluster_address(local, cta)), "r"(value) : "memory");
+}
+__device__ __forceinline__ void arrive_in_cta(uint64_t* barrier, uint32_t cta) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(barrier, cta))
+               : "memory");
+}
+__device__ __forceinline__ void wait_cluster_scope(uint64_t* barrier, uint32_t phase) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(cute::cast_smem_ptr_to_uint(barrier)),
+      "r"(phase)
+      : "memory");
+}
+
 // The scores' modifiers and mask of a call (slope: the head's ALiBi slope, 0 when off).
 __device__ __forceinline__ ScoreMod<float> score_mod(const FwdParams& p, float slope) {
   return ScoreMod<float>{p.scale, p.softcap, slope, p.seqlen_k - p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
@@ -57,27 +91,41 @@ __device__ __forceinline__ ScoreMod<float> score_mod(const FwdParams& p, float s
 
 // Work item t of the persistent schedule: the query tiles of one (sequence, head) from the last to
 // the first (under a causal mask the longest first), then the next head, then the next sequence.
-// CTAs that run at the same time share a head's K and V, which then come from L2.
+// CTAs that run at the same time share a head's K and V, which then come from L2. In clusters of
+// two (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the two CTAs
+// interleave by 64: CTA rank r's warpgroup wg takes rows m_start + wg * wg_stride, 64 of them, with
+// m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles (the
+// pair's) even under a causal mask, and do the same work: a warpgroup whose rows end a key tile
+// before the pair's skips it (kWarpgroupKeys).
 struct FwdTile {
-  int m_block, h, b, m_start, m_rows;
+  int h, b, m_start, wg_stride;
   float slope;  // ALiBi, 0 when off
   KeyTiles keys;
   // Key tiles kept whole by every row of the tile: only the others pay for the per-element mask.
   KeyTiles unmasked;
   __device__ __forceinline__ int n_keys() const { return keys.max - keys.min; }
+  // The first of warpgroup wg's 64 query rows.
+  __device__ __forceinline__ int wg_row0(int wg) const { return m_start + wg * wg_stride; }
 };
+// num_m: the items per (sequence, head): query tiles, or in clusters pairs of them.
 template <class K, bool kScoreMods>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m) {
   FwdTile w;
   const int bh = t / num_m;
-  w.m_block = num_m - 1 - (t - bh * num_m);
+  const int m_item = num_m - 1 - (t - bh * num_m);
   w.h = bh % p.heads_q, w.b = bh / p.heads_q;
-  w.m_start = w.m_block * K::kBlockM;
-  w.m_rows = min(K::kBlockM, p.seqlen_q - w.m_start);
+  const int item_rows = K::kBlockM * K::kCluster, first = m_item * item_rows;
+  if constexpr (K::kCluster > 1) {
+    w.m_start = first + 64 * int(cute::block_rank_in_cluster());
+    w.wg_stride = 64 * K::kCluster;
+  } else {
+    w.m_start = first;
+    w.wg_stride = 64;
+  }
   w.slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[w.b * p.alibi_batch_stride + w.h] : 0.f;
   const ScoreMod<float> mod = score_mod(p, w.slope);
-  w.keys = key_tiles(mod, w.m_start, w.m_start + w.m_rows - 1, K::kBlockN);
-  w.unmasked = unmasked_key_tiles(mod, w.m_start, w.m_start + K::kBlockM - 1, K::kBlockN);
+  w.keys = key_tiles(mod, first, min(first + item_rows, p.seqlen_q) - 1, K::kBlockN);
+  w.unmasked = unmasked_key_tiles(mod, first, first + item_rows - 1, K::kBlockN);
   return w;
 }
 
@@ -98,7 +146,7 @@ template <class K, bool kWarpgroupKeys>
 __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, const FwdTile& w, int wg) {
   if (!kWarpgroupKeys || p.window_right < 0) return {0, w.unmasked};
   const ScoreMod<float> mod = score_mod(p, w.slope);
-  const int row0 = w.m_start + 64 * wg;
+  const int row0 = w.wg_row0(wg);
   int last_tile = w.keys.min + 1;  // rows past the queries: only the tile every warpgroup takes
   if (row0 < p.seqlen_q) {
     last_tile = max(last_tile, key_tiles(mod, row0, min(row0 + 63, p.seqlen_q - 1), K::kBlockN).max);
@@ -109,10 +157,10 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
 // The producer thread: hands out the work items (its CTA's first is blockIdx.x, the others come
 // from the global counter) through a two-slot ring in shared memory, and for each loads Q once and
 // its K / V tiles into the kStages-deep ring, the ring's position running on across items. In
-// clusters of two (K::kCluster) the CTAs take the items gridDim.x apart instead, so that a
-// cluster's two CTAs take the two query tiles of a pair at once (items 2j and 2j + 1: one head,
-// the same key tiles; every item costs the same without a mask), and each loads one half of every
-// K / V tile into both CTAs' stages.
+// clusters of two (K::kCluster) an item is a pair of query tiles (fwd_tile): rank 0's producer takes
+// it (the cluster's index first, then the counter) and hands it to rank 1's through a second ring
+// (handoff); each writes it into its CTA's ring for its consumers, and loads its CTA's rows of Q
+// and one half of every K / V tile into both CTAs' stages.
 template <class K>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
@@ -131,20 +179,33 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
-  int t = blockIdx.x;
+  int t = blockIdx.x / kCluster;
   for (int item = 0;; ++item) {
     const int slot = item % 2;
-    Empty::wait(&shared.tile_empty[slot], ((item / 2) & 1) ^ 1);
+    if constexpr (kCluster > 1) {
+      if (rank == 0) {
+        // Its empty barrier counts its consumers and rank 1's producer (remote, once it has read
+        // the hand-out).
+        wait_cluster_scope(&shared.tile_empty[slot], ((item / 2) & 1) ^ 1);
+        store_in_cta(&shared.handoff[slot], 1, t);
+        arrive_in_cta(&shared.handoff_full[slot], 1);
+      } else {
+        wait_cluster_scope(&shared.handoff_full[slot], (item / 2) & 1);
+        t = shared.handoff[slot];
+        arrive_in_cta(&shared.tile_empty[slot], 0);
+        Empty::wait(&shared.tile_empty[slot], ((item / 2) & 1) ^ 1);
+      }
+    } else {
+      Empty::wait(&shared.tile_empty[slot], ((item / 2) & 1) ^ 1);
+    }
     shared.tile[slot] = t;
     compiler_barrier();
     Empty::arrive(&shared.tile_full[slot]);  // releases the write to the consumers
     if (t >= num_tiles) return;
     const FwdTile w = fwd_tile<K, false>(p, t, num_m);  // the slope is not needed here
     const int hk = w.h / p.group;
-    Tensor gQ = local_tile(mQ(_, _, w.h, w.b), typename K::TileQ{}, make_coord(w.m_block, _0{}));
     Tensor gK = local_tile(mK(_, _, hk, w.b), Shape<Int<K::kBlockN>, Int<K::kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gVt = local_tile(mVt(_, _, hk, w.b), Shape<Int<K::kHeadDim>, Int<K::kBlockN>>{}, make_coord(_0{}, _));
-    auto [tQg, tQs] = tma_partition(args.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     auto [tKg, tKs] =
         tma_partition(args.tma_k, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVg, tVs] =
@@ -156,7 +217,26 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     // passes.
     Empty::wait(&shared.q_empty, (item & 1) ^ 1);
     Full::arrive_and_expect_tx(&shared.q_full, K::kQBytes);
-    copy(args.tma_q.with(shared.q_full), tQg, tQs);
+    if constexpr (kCluster > 1) {
+      // Each warpgroup's 64 rows (not contiguous in a pair), a box per atom column c, into its
+      // rows of Q's buffer (whose atom columns hold kBlockM rows each).
+      for (int wg = 0; wg < K::kConsumerWarpgroups; ++wg) {
+#pragma unroll
+        for (int c = 0; c < K::kHeadDim / K::kOBoxCols; ++c) {
+          Tensor sBox = make_tensor(make_smem_ptr(shared.q.data() + (c * K::kBlockM + wg * 64) * K::kOBoxCols),
+                                    typename K::SmemLayoutOBox{});
+          Tensor gBox = local_tile(mQ(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
+                                   make_coord(w.wg_row0(wg) / 64, c));
+          auto [tQg, tQs] =
+              tma_partition(args.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+          copy(args.tma_q.with(shared.q_full), tQg, tQs);
+        }
+      }
+    } else {
+      Tensor gQ = local_tile(mQ(_, _, w.h, w.b), typename K::TileQ{}, make_coord(w.m_start / K::kBlockM, _0{}));
+      auto [tQg, tQs] = tma_partition(args.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      copy(args.tma_q.with(shared.q_full), tQg, tQs);
+    }
     // Key tiles from the last to the first, as the consumers take them. Not unrolled: the
     // producer's 24 registers hold one iteration's state (unrolled by 4 it spilled).
 #pragma unroll 1
@@ -172,7 +252,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
       copy(args.tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
     }
-    t = kCluster > 1 ? t + int(gridDim.x) : int(gridDim.x) + atomicAdd(p.tile_counter, 1);
+    if (rank == 0) t = int(gridDim.x) / kCluster + atomicAdd(p.tile_counter, 1);
   }
 }
 
@@ -207,7 +287,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   const FwdParams& p = args.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& shared = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
-  const int num_m = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  // Items per (sequence, head): query tiles, or in clusters pairs of them.
+  const int num_m = ((p.seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster;
   const int num_tiles = num_m * p.heads_q * p.batch;
 
   if (threadIdx.x == 0) {
@@ -221,7 +302,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     }
     for (int s = 0; s < 2; ++s) {
       Empty::init(&shared.tile_full[s], 1);
-      Empty::init(&shared.tile_empty[s], K::kConsumerThreads);
+      // In a cluster rank 0's also counts rank 1's producer, which has read the item's hand-out.
+      Empty::init(&shared.tile_empty[s], K::kConsumerThreads + (K::kCluster > 1 && cute::block_rank_in_cluster() == 0));
+      Empty::init(&shared.handoff_full[s], 1);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -331,7 +414,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // The thread's place is read again per item rather than held across items (at d 256 the
     // register allocator spilled it).
     const int lane = cutlass::canonical_lane_idx(), warp = cutlass::canonical_warp_idx_sync() - 4;
-    FragmentOrigin origin{w.m_start + warp * 16, 0, lane / 4, lane % 4, 1};
+    FragmentOrigin origin{w.wg_row0(warp / 4) + warp % 4 * 16, 0, lane / 4, lane % 4, 1};
     clear(tOrO);
 
     // S = Q K^T of key tile i into tSrS, issued and committed (not waited for).
@@ -534,7 +617,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       for (int c = 0; c < K::kHeadDim / K::kOBoxCols; ++c) {
         Tensor sBox = make_tensor(make_smem_ptr(staging + c * 64 * K::kOBoxCols), typename K::SmemLayoutOBox{});
         Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
-                                 make_coord(w.m_block * K::kConsumerWarpgroups + wg, c));
+                                 make_coord(w.wg_row0(wg) / 64, c));
         auto [tOg, tOs] =
             tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
         copy(args.tma_o, tOs, tOg);

@@ -43,7 +43,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
       p,
       make_tma_copy(SM90_TMA_LOAD{},
                     rows(p.q, p.seqlen_q, p.d, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
-                    typename K::SmemLayoutQ{}),
+                    typename K::SmemLayoutQLoad{}),
       make_tma_copy(typename K::TmaKvOp{},
                     rows(p.k, p.seqlen_k, p.d, heads_kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
                     take<0, 2>(typename K::SmemLayoutK{}), Int<K::kCluster>{}),
@@ -53,13 +53,15 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                     typename K::SmemLayoutOBox{}),
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
-  // work items are fewer; in clusters of two, as many clusters as the GPU runs at once.
-  const int64_t items = int64_t((p.seqlen_q + K::kBlockM - 1) / K::kBlockM) * p.heads_q * p.batch;
+  // work items are fewer; in clusters of two, as many clusters as the GPU runs at once, an item a
+  // pair of query tiles (kernel_fwd_sm90.h, fwd_tile).
+  const int64_t items =
+      int64_t(((p.seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster) * p.heads_q * p.batch;
   if (items == 0) return;
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   if constexpr (K::kCluster > 1) {
     launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, K::kCluster>(
-        items / K::kCluster, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+        items, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   } else {
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
     launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>,
@@ -69,14 +71,16 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
 }
 
 // Where the tile table has kClusterPairs (run_fwd_sm90: not with softcap or ALiBi): calls without
-// a mask, from kFwdSm90ClusterMinKeys keys, whose heads have an even number of query tiles (every
-// tile of a head has the same key tiles, and a cluster takes two of them), on a device that runs
-// such clusters (not every partition of a GPU does).
-template <class K, class Pairs>
+// a mask or with a right edge only (causal), from kFwdSm90ClusterMinKeys keys, whose heads have an
+// even number of query tiles (a cluster takes two of them, its CTAs' rows interleaved so that both
+// need the pair's key tiles: fwd_tile), on a device that runs such clusters (not every partition
+// of a GPU does). Under a right edge the kernel with each warpgroup's own key range
+// (kWarpgroupKeys): a pair's first warpgroups skip the key tile only its second ones need.
+template <class K, class Pairs, bool kWarpgroupKeys>
 bool fwd_sm90_cluster_serves(const FwdParams& p) {
-  const bool masked = p.window_left >= 0 || p.window_right >= 0;
-  return !masked && p.seqlen_k >= kFwdSm90ClusterMinKeys && (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0 &&
-         active_clusters<fwd_kernel_sm90<Pairs, false, false, false>, Pairs::kCluster>(
+  return p.window_left < 0 && (p.window_right >= 0) == kWarpgroupKeys && p.seqlen_k >= kFwdSm90ClusterMinKeys &&
+         (p.seqlen_q + K::kBlockM - 1) / K::kBlockM % 2 == 0 &&
+         active_clusters<fwd_kernel_sm90<Pairs, false, kWarpgroupKeys, false>, Pairs::kCluster>(
              Pairs::kThreads, Pairs::kSmemBytes, "sm90 forward kernel") > 0;
 }
 
@@ -108,7 +112,8 @@ void run_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (p.softcap > 0.f || p.alibi_slopes != nullptr) return launch_sm90<K, true, K::kSkipKeyTiles, true>(p, stream);
   if constexpr (FwdTileSm90<kHeadDim>::kClusterPairs) {
     using Pairs = FwdSm90<kHeadDim, Element, false, 2>;
-    if (fwd_sm90_cluster_serves<K, Pairs>(p)) return launch_sm90<Pairs, false, false, false>(p, stream);
+    if (fwd_sm90_cluster_serves<K, Pairs, false>(p)) return launch_sm90<Pairs, false, false, false>(p, stream);
+    if (fwd_sm90_cluster_serves<K, Pairs, true>(p)) return launch_sm90<Pairs, false, true, false>(p, stream);
   }
   if constexpr (FwdWideTileSm90<kHeadDim>::kExists) {
     if (fwd_sm90_wide_serves(p)) return launch_sm90_plain<FwdSm90<kHeadDim, Element, true>>(p, stream);

@@ -121,7 +121,10 @@ struct FwdSm90 {
   template <class Stride, class Pointer = const Element*>
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Pointer>(nullptr)),
                                                 GmemShape{}, Stride{}));
-  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{}, SmemLayoutQ{}));
+  // Q: the whole tile in one box, or in a cluster (whose CTAs' warpgroups take rows 128 apart:
+  // fwd_tile) a box of 64 rows x one atom column at a time.
+  using SmemLayoutQLoad = std::conditional_t<kCluster == 1, SmemLayoutQ, SmemLayoutOBox>;
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<RowsStride>{}, SmemLayoutQLoad{}));
   // K and V: a box per CTA of the cluster, each multicast to all of them when there are two.
   using TmaKvOp = std::conditional_t<kCluster == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaK = decltype(cute::make_tma_copy(TmaKvOp{}, GmemTensor<RowsStride>{}, cute::take<0, 2>(SmemLayoutK{}),
@@ -149,6 +152,9 @@ struct FwdSm90 {
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
     uint64_t tile_full[2], tile_empty[2];
     int tile[2];  // the work items handed to the consumers (kernel_fwd_sm90.h)
+    // In a cluster, the items rank 0's producer hands to rank 1's (kernel_fwd_sm90.h).
+    uint64_t handoff_full[2];
+    int handoff[2];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "the sm90a forward tile exceeds shared memory");

@@ -102,12 +102,13 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
 // gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster
 // without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
-// v39). kClusterPairs: calls without a mask, softcap or ALiBi, from kFwdSm90ClusterMinKeys keys
-// and with an even number of query tiles per head (fwd_sm90_cluster_serves), run in clusters of
-// two CTAs that take two query tiles of a head and load each K / V tile once for both (TMA
-// multicast): half the K / V bytes from L2, which at the power cap the long calls run under gives
-// the SMs a higher clock (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at
-// the same 700 W; sm90a v29). kSoftmaxOverlapsO: the leader's release of the K stage (and at an
+// v39). kClusterPairs: calls without softcap, ALiBi or a window's left edge (unmasked or causal),
+// from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
+// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head, their
+// rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V bytes
+// from L2, which at the power cap the long calls run under gives the SMs a higher clock (sustained
+// d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29; causal
+// d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.01x, sm90a v49). kSoftmaxOverlapsO: the leader's release of the K stage (and at an
 // item's last tile of Q) closes a tile's softmax rather than opening it. ptxas moves the wait for
 // the previous tile's O product up to the start of its basic block: where the arrivals' branch
 // opens the softmax, the block starts after them (and after a masked tile's mask), and the
