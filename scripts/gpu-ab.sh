@@ -35,6 +35,8 @@
 # 1.00x in bursts and 1.04x there, docs/performance.md sm90a v45). A table of each point's A x cuDNN
 # and each variant / A per process, and the mean of the latter; the processes' output goes to
 # $OUT/interleaved-<n>.txt. Outside --deadline's count: about 3 s per point and variant per process.
+# With no patch, A alone (--rounds 0 --interleaved N: the working tree's grid beside FA2 and cuDNN in
+# N processes, each point's A x cuDNN per process and their mean, built for --dims only).
 # --interleaved-rounds: bench_interleaved.py's rounds per point (default 5, each library's time the
 # median of them; a null patch spread 2-3% per process with 5, sm90a v46 / v47).
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
@@ -63,7 +65,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -ge 1 ] || { echo "gpu-ab: give at least one patch" >&2; exit 2; }
+[ $# -ge 1 ] || [ "$interleaved" -gt 0 ] || { echo "gpu-ab: give at least one patch (or --interleaved)" >&2; exit 2; }
 out=${OUT:-/tmp/gpu-ab-out}
 mkdir -p "$out"
 csvs=/tmp/gpu-ab-csv
@@ -201,15 +203,18 @@ for n in range(1, processes + 1):
         f = line.split()
         if len(f) == 10 + 2 * (len(names) - 1) and f[0] == direction:
             points[(int(f[1]), int(f[3]), int(f[2]))].append((float(f[8]), [float(x) for x in f[11::2]]))
-print('| d | seqlen | causal | A x cuDNN | ' + ' | '.join(f'{v} / A (processes) | {v} / A' for v in names[1:]) + ' |')
-print('|---' * (4 + 2 * (len(names) - 1)) + '|')
+columns = ['d', 'seqlen', 'causal', 'A x cuDNN (processes)', 'A x cuDNN']
+columns += [c for v in names[1:] for c in (f'{v} / A (processes)', f'{v} / A')]
+print('| ' + ' | '.join(columns) + ' |')
+print('|---' * (5 + 2 * (len(names) - 1)) + '|')
 for (d, causal, seqlen), runs in sorted(points.items()):
-    cells = [' / '.join(f'{x:.3f}' for x, _ in runs)]
+    cells = [' / '.join(f'{x:.3f}' for x, _ in runs), f'{sum(x for x, _ in runs) / len(runs):.3f}']
     for i in range(len(names) - 1):
         ratios = [r[i] for _, r in runs]
         cells += [' / '.join(f'{x:.3f}' for x in ratios), f'{sum(ratios) / len(ratios):.3f}']
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' |')
 PY
+  grep -h "GEMM" "$out"/interleaved-*.txt
 fi
 
 # Variant $1's forward kernel at the point $2 (D,SEQLEN[,causal]) once under ncu, given at most $3
