@@ -161,7 +161,7 @@ for r in $(seq 1 "$rounds"); do
   tar czf "$out/bench-csv.tar.gz.tmp" -C "$csvs" . && mv "$out/bench-csv.tar.gz.tmp" "$out/bench-csv.tar.gz"
 done
 
-python3 - "$csvs" "$rounds" "$dir" "${names[@]}" <<'PY'
+[ "$rounds" -gt 0 ] && python3 - "$csvs" "$rounds" "$dir" "${names[@]}" <<'PY'
 import collections, csv, os, sys
 csvs, rounds, direction, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
