@@ -198,6 +198,11 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     } else {
       Empty::wait(&shared.tile_empty[slot], ((item / 2) & 1) ^ 1);
     }
+    // One thread runs this loop, which ptxas cannot know: an item read from shared memory or the
+    // counter sits in a vector register, and each TMA copy then moves its operands to uniform
+    // registers in a loop over the active lanes, on the K / V stages' path (sm90a v49d). A shuffle
+    // from lane 0 marks the item warp-uniform.
+    t = __shfl_sync(1u, t, 0);
     shared.tile[slot] = t;
     compiler_barrier();
     Empty::arrive(&shared.tile_full[slot]);  // releases the write to the consumers
