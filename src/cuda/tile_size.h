@@ -108,8 +108,9 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V bytes
 // from L2, which at the power cap the long calls run under gives the SMs a higher clock (sustained
 // d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29; causal
-// d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.02x, sm90a v49 / v49d). kSoftmaxOverlapsO: the leader's release of the K stage (and at an
-// item's last tile of Q) closes a tile's softmax rather than opening it. ptxas moves the wait for
+// d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.02x, sm90a v49 / v49d).
+// kSoftmaxOverlapsO: the leader's release of the K stage (and at an item's last tile of Q) closes
+// a tile's softmax rather than opening it. ptxas moves the wait for
 // the previous tile's O product up to the start of its basic block: where the arrivals' branch
 // opens the softmax, the block starts after them (and after a masked tile's mask), and the
 // exponentials run after both products (the turns alone overlap softmax and products); where the
