@@ -107,7 +107,12 @@ struct FwdTile {
   // The first of warpgroup wg's 64 query rows.
   __device__ __forceinline__ int wg_row0(int wg) const { return m_start + wg * wg_stride; }
 };
-// num_m: the items per (sequence, head): query tiles, or in clusters pairs of them.
+// The work items per (sequence, head): query tiles, or in clusters pairs of them (the kernel's
+// num_m; the launcher sizes the grid from it too).
+template <class K>
+__host__ __device__ __forceinline__ int fwd_items_per_head(int seqlen_q) {
+  return ((seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster;
+}
 template <class K, bool kScoreMods>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m) {
   FwdTile w;
@@ -292,8 +297,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   const FwdParams& p = args.p;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& shared = *reinterpret_cast<typename K::SharedStorage*>(smem_raw);
-  // Items per (sequence, head): query tiles, or in clusters pairs of them.
-  const int num_m = ((p.seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster;
+  const int num_m = fwd_items_per_head<K>(p.seqlen_q);
   const int num_tiles = num_m * p.heads_q * p.batch;
 
   if (threadIdx.x == 0) {

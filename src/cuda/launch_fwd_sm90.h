@@ -55,8 +55,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
   // work items are fewer; in clusters of two, as many clusters as the GPU runs at once, an item a
   // pair of query tiles (kernel_fwd_sm90.h, fwd_tile).
-  const int64_t items =
-      int64_t(((p.seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster) * p.heads_q * p.batch;
+  const int64_t items = int64_t(fwd_items_per_head<K>(p.seqlen_q)) * p.heads_q * p.batch;
   if (items == 0) return;
   FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   if constexpr (K::kCluster > 1) {

@@ -110,11 +110,11 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29; causal
 // d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.02x, sm90a v49 / v49d).
 // kSoftmaxOverlapsO: the leader's release of the K stage (and at an item's last tile of Q) closes
-// a tile's softmax rather than opening it. ptxas moves the wait for
-// the previous tile's O product up to the start of its basic block: where the arrivals' branch
-// opens the softmax, the block starts after them (and after a masked tile's mask), and the
-// exponentials run after both products (the turns alone overlap softmax and products); where the
-// arrivals close it, the softmax also overlaps the warpgroup's own O product. The latter at d 256:
+// a tile's softmax rather than opening it. ptxas moves the wait for the previous tile's O product
+// up to the start of its basic block: where the arrivals' branch opens the softmax, the block
+// starts after them (and after a masked tile's mask), and the exponentials run after both
+// products (the turns alone overlap softmax and products); where the arrivals close it, the
+// softmax also overlaps the warpgroup's own O product. The latter at d 256:
 // causal +1-2% from 512 to 8k in two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within
 // 1%; at d 64 / 128 it lost 1-8% (0.93-0.96x at d 64 below 16k: the K and V stages go back a
 // softmax later), and neither three stages nor the wait written before the softmax recovered it
