@@ -165,8 +165,9 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
 // clusters of two (K::kCluster) an item is a pair of query tiles (fwd_tile): rank 0's producer takes
 // it (the cluster's index first, then the counter) and hands it to rank 1's through a second ring
 // (handoff); each writes it into its CTA's ring for its consumers, and loads its CTA's rows of Q
-// and one half of every K / V tile into both CTAs' stages.
-template <class K>
+// and one half of every K / V tile into both CTAs' stages. kOneBoxKv: a K / V tile (or its half)
+// in one box, the head dim as (atom columns, atoms) (K::one_box_kv, mainloop_fwd_sm90.h).
+template <class K, bool kOneBoxKv>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
   using namespace cute;
@@ -178,8 +179,22 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename K::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename K::SmemLayoutVt{});
   Tensor mQ = args.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
-  Tensor mK = args.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.d, heads_kv, p.batch));
-  Tensor mVt = args.tma_v.get_tma_tensor(make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch));
+  const auto& tma_k = [&]() -> const auto& {
+    if constexpr (kOneBoxKv) return args.tma_k_one_box; else return args.tma_k;
+  }();
+  const auto& tma_v = [&]() -> const auto& {
+    if constexpr (kOneBoxKv) return args.tma_v_one_box; else return args.tma_v;
+  }();
+  // The coordinates' extents only shape the tiling: TMA bounds the boxes by the descriptor's.
+  auto head_dim_coords = [](int d) {
+    if constexpr (kOneBoxKv) {
+      return make_shape(Int<K::kAtomCols>{}, Int<K::kHeadDim / K::kAtomCols>{});
+    } else {
+      return d;
+    }
+  };
+  Tensor mK = tma_k.get_tma_tensor(make_shape(p.seqlen_k, head_dim_coords(p.d), heads_kv, p.batch));
+  Tensor mVt = tma_v.get_tma_tensor(make_shape(head_dim_coords(p.d_v), p.seqlen_k, heads_kv, p.batch));
   constexpr int kCluster = K::kCluster;
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
@@ -217,9 +232,9 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     Tensor gK = local_tile(mK(_, _, hk, w.b), Shape<Int<K::kBlockN>, Int<K::kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gVt = local_tile(mVt(_, _, hk, w.b), Shape<Int<K::kHeadDim>, Int<K::kBlockN>>{}, make_coord(_0{}, _));
     auto [tKg, tKs] =
-        tma_partition(args.tma_k, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        tma_partition(tma_k, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVg, tVs] =
-        tma_partition(args.tma_v, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+        tma_partition(tma_v, rank, Layout<Int<kCluster>>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
     // Q's buffer is free once every consumer warpgroup's last S = Q K^T of the previous item is
     // done (an item without keys: at once, or with K::kStageOInKv once its output stores have read
     // it). Every item loads Q, even one without keys (rare), so that Q's barrier phases follow the
@@ -257,10 +272,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       // other's land on it.
       Empty::wait(&shared.k_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.k_full[stage], K::kKvBytes);
-      copy(args.tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
+      copy(tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
       Empty::wait(&shared.v_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
-      copy(args.tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
+      copy(tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
     }
     if (rank == 0) t = int(gridDim.x) / kCluster + atomicAdd(p.tile_counter, 1);
   }
@@ -335,7 +350,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<K::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_fwd_sm90<K>(args, shared, num_m, num_tiles);
+    if (threadIdx.x == 0) {
+      if (K::one_box_kv(args.p.d, args.p.d_v)) {
+        produce_fwd_sm90<K, true>(args, shared, num_m, num_tiles);
+      } else {
+        produce_fwd_sm90<K, false>(args, shared, num_m, num_tiles);
+      }
+    }
     sync_with_peer();
     return;
   }

@@ -39,6 +39,20 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                                make_shape(p.d_v, p.seqlen_k, heads_kv, p.batch),
                                make_stride(_1{}, stride_of(p.seqlen_k, p.v_row_stride),
                                            stride_of(heads_kv, p.v_head_stride), stride_of(p.batch, p.v_batch_stride)));
+  // K and V^T with the head dim as (atom columns, atoms): mainloop_fwd_sm90.h, TmaKOneBox.
+  const bool one_box_kv = K::one_box_kv(p.d, p.d_v);
+  auto head_dim_atoms = [](int d) { return make_shape(Int<K::kAtomCols>{}, d / K::kAtomCols); };
+  const auto atoms_stride = make_stride(_1{}, Int<K::kAtomCols>{});
+  const auto k_atoms = make_tensor(make_gmem_ptr(static_cast<const Element*>(p.k)),
+                                   make_shape(p.seqlen_k, head_dim_atoms(p.d), heads_kv, p.batch),
+                                   make_stride(stride_of(p.seqlen_k, p.k_row_stride), atoms_stride,
+                                               stride_of(heads_kv, p.k_head_stride),
+                                               stride_of(p.batch, p.k_batch_stride)));
+  const auto v_t_atoms = make_tensor(make_gmem_ptr(static_cast<const Element*>(p.v)),
+                                     make_shape(head_dim_atoms(p.d_v), p.seqlen_k, heads_kv, p.batch),
+                                     make_stride(atoms_stride, stride_of(p.seqlen_k, p.v_row_stride),
+                                                 stride_of(heads_kv, p.v_head_stride),
+                                                 stride_of(p.batch, p.v_batch_stride)));
   FwdSm90Args<K> args{
       p,
       make_tma_copy(SM90_TMA_LOAD{},
@@ -51,6 +65,12 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
       make_tma_copy(SM90_TMA_STORE{},
                     rows(p.out, p.seqlen_q, p.d, p.heads_q, p.out_row_stride, p.out_head_stride, p.out_batch_stride),
                     typename K::SmemLayoutOBox{}),
+      one_box_kv ? make_tma_copy(typename K::TmaKvOp{}, k_atoms, take<0, 2>(typename K::SmemLayoutK{}),
+                                 Int<K::kCluster>{})
+                 : typename K::TmaKOneBox{},
+      one_box_kv ? make_tma_copy(typename K::TmaKvOp{}, v_t_atoms, take<0, 2>(typename K::SmemLayoutVt{}),
+                                 Int<K::kCluster>{})
+                 : typename K::TmaVOneBox{},
   };
   // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
   // work items are fewer; in clusters of two, as many clusters as the GPU runs at once, an item a

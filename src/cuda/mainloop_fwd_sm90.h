@@ -131,6 +131,32 @@ struct FwdSm90 {
                                             cute::Int<kCluster>{}));
   using TmaV = decltype(cute::make_tma_copy(TmaKvOp{}, GmemTensor<ColsStride>{}, cute::take<0, 2>(SmemLayoutVt{}),
                                             cute::Int<kCluster>{}));
+  // K and V^T in one box per tile (per CTA in a cluster): the head dim seen as (atom columns,
+  // atoms), strides 1 and kAtomCols, so that the atoms are a box dim of their own (TMA cuts the
+  // box where the smem index steps through a gmem mode with a stride other than one: the plain
+  // K / V copies above take a box per atom column). The smem layouts are the same, so are the
+  // bytes' places. Only where p.d is a multiple of kAtomCols (kernel_fwd_sm90.h, kOneBoxKv): TMA
+  // bounds each dim on its own, and no box zero-fills the columns from p.d of a partial atom.
+  static constexpr int kAtomCols = int(cute::size<1>(AtomK{}));
+  static_assert(int(cute::size<0>(AtomMN{})) == kAtomCols, "K's and V^T's atoms span as many head-dim columns");
+  // A head dim of one atom column (d 64) has its one box already.
+  CUTE_HOST_DEVICE static constexpr bool one_box_kv(int d, int d_v) {
+    return kHeadDim > kAtomCols && d % kAtomCols == 0 && d_v % kAtomCols == 0;
+  }
+  using HeadDimAtoms = cute::Shape<cute::Int<kAtomCols>, int32_t>;
+  using HeadDimAtomsStride = cute::Stride<cute::_1, cute::Int<kAtomCols>>;
+  using KAtomsGmem = decltype(cute::make_tensor(
+      cute::make_gmem_ptr(static_cast<const Element*>(nullptr)),
+      cute::Shape<int32_t, HeadDimAtoms, int32_t, int32_t>{},
+      cute::Stride<int64_t, HeadDimAtomsStride, int64_t, int64_t>{}));
+  using VtAtomsGmem = decltype(cute::make_tensor(
+      cute::make_gmem_ptr(static_cast<const Element*>(nullptr)),
+      cute::Shape<HeadDimAtoms, int32_t, int32_t, int32_t>{},
+      cute::Stride<HeadDimAtomsStride, int64_t, int64_t, int64_t>{}));
+  using TmaKOneBox = decltype(cute::make_tma_copy(TmaKvOp{}, KAtomsGmem{}, cute::take<0, 2>(SmemLayoutK{}),
+                                                  cute::Int<kCluster>{}));
+  using TmaVOneBox = decltype(cute::make_tma_copy(TmaKvOp{}, VtAtomsGmem{}, cute::take<0, 2>(SmemLayoutVt{}),
+                                                  cute::Int<kCluster>{}));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<RowsStride, Element*>{},
                                             SmemLayoutOBox{}));
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
@@ -168,6 +194,9 @@ struct FwdSm90Args {
   typename K::TmaK tma_k;
   typename K::TmaV tma_v;
   typename K::TmaO tma_o;
+  // Built only where K::one_box_kv holds, the kernel's test for taking them.
+  typename K::TmaKOneBox tma_k_one_box;
+  typename K::TmaVOneBox tma_v_one_box;
 };
 
 }  // namespace flashattn::cuda
