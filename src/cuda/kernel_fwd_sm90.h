@@ -142,13 +142,18 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
 // tiles that its own rows do not keep whole. It always takes the item's last tile (its first
 // keys), so that its reads of Q and of the last K / V stages end there as the other warpgroups'
 // do. Without a right edge, or in the kernel without kWarpgroupKeys, the item's range: the work
-// before an item's first product is on its critical path (docs/performance.md, sm90a v24).
+// before an item's first product is on its critical path (docs/performance.md, sm90a v24). In the
+// wide tile a warpgroup whose rows all lie past the queries (at 512 / 1k rows one or two of the
+// three in every head's last item) takes that last tile alone in every kernel (sm90a v51); not in
+// the 128-row tiles, whose kernels without kWarpgroupKeys then held the skipping code (d 64 causal
+// 1k 0.965x) for rows that the usual lengths fill.
 struct WarpgroupKeys {
   int skip;
   KeyTiles unmasked;  // the key tiles that every row of the warpgroup keeps whole: no mask
 };
 template <class K, bool kWarpgroupKeys>
 __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, const FwdTile& w, int wg) {
+  if (K::kConsumerWarpgroups > 2 && w.wg_row0(wg) >= p.seqlen_q) return {max(0, w.n_keys() - 1), w.unmasked};
   if (!kWarpgroupKeys || p.window_right < 0) return {0, w.unmasked};
   const ScoreMod<float> mod = score_mod(p, w.slope);
   const int row0 = w.wg_row0(wg);
