@@ -135,13 +135,16 @@ struct FwdSm90 {
   // atoms), strides 1 and kAtomCols, so that the atoms are a box dim of their own (TMA cuts the
   // box where the smem index steps through a gmem mode with a stride other than one: the plain
   // K / V copies above take a box per atom column). The smem layouts are the same, so are the
-  // bytes' places. Only where p.d is a multiple of kAtomCols (kernel_fwd_sm90.h, kOneBoxKv): TMA
-  // bounds each dim on its own, and no box zero-fills the columns from p.d of a partial atom.
+  // bytes' places. Only where p.d and p.d_v are multiples of kAtomCols (kernel_fwd_sm90.h,
+  // kOneBoxKv): TMA bounds each dim on its own, and no box zero-fills the columns from p.d of a
+  // partial atom.
   static constexpr int kAtomCols = int(cute::size<1>(AtomK{}));
   static_assert(int(cute::size<0>(AtomMN{})) == kAtomCols, "K's and V^T's atoms span as many head-dim columns");
-  // A head dim of one atom column (d 64) has its one box already.
+  // A head dim of one atom column (d 64) has its one box already. The tiles of three atoms (d 96 in
+  // 32-column atoms, d 192) keep a copy per atom until the GPU tests have run them with one box
+  // (sm90a v50 ran at d 128 / 256 only).
   CUTE_HOST_DEVICE static constexpr bool one_box_kv(int d, int d_v) {
-    return kHeadDim > kAtomCols && d % kAtomCols == 0 && d_v % kAtomCols == 0;
+    return (kHeadDim == 128 || kHeadDim == 256) && d % kAtomCols == 0 && d_v % kAtomCols == 0;
   }
   using HeadDimAtoms = cute::Shape<cute::Int<kAtomCols>, int32_t>;
   using HeadDimAtomsStride = cute::Stride<cute::_1, cute::Int<kAtomCols>>;
