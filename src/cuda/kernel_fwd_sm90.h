@@ -153,7 +153,7 @@ struct WarpgroupKeys {
 };
 template <class K, bool kWarpgroupKeys>
 __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, const FwdTile& w, int wg) {
-  if (K::kConsumerWarpgroups > 2 && w.wg_row0(wg) >= p.seqlen_q) return {max(0, w.n_keys() - 1), w.unmasked};
+  if (K::kWideTile && w.wg_row0(wg) >= p.seqlen_q) return {max(0, w.n_keys() - 1), w.unmasked};
   if (!kWarpgroupKeys || p.window_right < 0) return {0, w.unmasked};
   const ScoreMod<float> mod = score_mod(p, w.slope);
   const int row0 = w.wg_row0(wg);

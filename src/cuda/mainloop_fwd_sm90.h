@@ -23,6 +23,7 @@ struct FwdSm90 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kCluster = kCluster_;
+  static constexpr bool kWideTile = kWide;
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
   using Tile = std::conditional_t<kWide, FwdWideTileSm90<kHeadDim>, FwdTileSm90<kHeadDim>>;
   static constexpr int kConsumerWarpgroups = Tile::kConsumerWarpgroups;
