@@ -141,11 +141,9 @@ struct FwdSm90 {
   // partial atom.
   static constexpr int kAtomCols = int(cute::size<1>(AtomK{}));
   static_assert(int(cute::size<0>(AtomMN{})) == kAtomCols, "K's and V^T's atoms span as many head-dim columns");
-  // A head dim of one atom column (d 64) has its one box already. The tiles of three atoms (d 96 in
-  // 32-column atoms, d 192) keep a copy per atom until the GPU tests have run them with one box
-  // (sm90a v50 ran at d 128 / 256 only).
+  // A head dim of one atom column (d 64) has its one box already.
   CUTE_HOST_DEVICE static constexpr bool one_box_kv(int d, int d_v) {
-    return (kHeadDim == 128 || kHeadDim == 256) && d % kAtomCols == 0 && d_v % kAtomCols == 0;
+    return kHeadDim > kAtomCols && d % kAtomCols == 0 && d_v % kAtomCols == 0;
   }
   using HeadDimAtoms = cute::Shape<cute::Int<kAtomCols>, int32_t>;
   using HeadDimAtomsStride = cute::Stride<cute::_1, cute::Int<kAtomCols>>;
