@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = softmax.sum(0, half);
-      inv[half] = sum > 0.f ? 1.f / sum : 0.f;
+      inv[half] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
       const int row = origin.row0 + origin.g + 8 * half;
       if (p.lse != nullptr && origin.t == 0 && row < p.seqlen_q) {
         p.lse[int64_t(w.b) * p.lse_batch_stride + int64_t(w.h) * p.lse_head_stride + int64_t(row) * p.lse_row_stride] =

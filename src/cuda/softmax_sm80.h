@@ -214,7 +214,7 @@ struct OnlineSoftmax {
   // The full row sum (0 for a row with no kept key) and its lse (-inf then).
   __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
   __device__ __forceinline__ float lse(int mt, int half, float sum) const {
-    return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + logf(sum) : -INFINITY;
+    return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + __logf(sum) : -INFINITY;
   }
 };
 
