@@ -604,6 +604,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = softmax.sum(0, half);
+      // By the special-function unit: a row's sum lies in [1, keys x 2^kMaxSlack], far inside
+      // __fdividef's range (+2% at d 64 causal below 8k keys, sm90a v55).
       inv[half] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
       const int row = origin.row0 + origin.g + 8 * half;
       if (p.lse != nullptr && origin.t == 0 && row < p.seqlen_q) {

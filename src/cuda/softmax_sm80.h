@@ -211,7 +211,8 @@ struct OnlineSoftmax {
       for (int half = 0; half < 2; ++half) rescale_row(acc_o, mt, half, correction[mt][half]);
   }
 
-  // The full row sum (0 for a row with no kept key) and its lse (-inf then).
+  // The full row sum (0 for a row with no kept key) and its lse (-inf then; __logf: MUFU.LG2, an
+  // absolute error near 1e-6 where logf took a 25-instruction polynomial, sm90a v55).
   __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
   __device__ __forceinline__ float lse(int mt, int half, float sum) const {
     return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + __logf(sum) : -INFINITY;

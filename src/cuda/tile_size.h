@@ -222,7 +222,8 @@ constexpr int kFwdSm90WideMinMaskedRows = 2048;
 // every K / V stage; the L2 bytes saved buy clock at the power cap, where the grid runs. Timed
 // interleaved with cuDNN, in one process with the single CTAs: 1.00x at d 128 and 1.04x at d 256
 // with 2k keys; 1.04x at 4k in separate processes (in bursts 0.98-1.00); with 1k keys (8 key tiles
-// per item) 0.98-1.01x, with 512 0.94x at d 128 (sm90a v29, v45, v47).
+// per item) 0.98-1.01x, with 512 0.94x at d 128 (sm90a v29, v45, v47). On an H200 likewise:
+// without the pairs 0.95-0.99x from 4k keys, the pairs from 1k 0.96-0.99x at 1k (the H200 entry).
 constexpr int kFwdSm90ClusterMinKeys = 2048;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
