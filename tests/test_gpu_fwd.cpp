@@ -46,6 +46,13 @@ std::vector<AttnCase> forward_cases() {
   c = shape(150, 400, 128);
   c.window_left = 5, c.window_right = 0;
   cases.push_back(c);
+  // Windows far wider than the sequence but under 2^31 (which would mean unbounded): the sm90a
+  // forward clamps them to the lengths before its 32-bit edge arithmetic (launch_fwd_sm90.h).
+  c = shape(300, 500, 128);
+  c.window_left = 2000000000, c.window_right = 2100000000;
+  cases.push_back(c);
+  c.window_left = 40, c.window_right = 1 << 30;
+  cases.push_back(c);
   // Scores spread wide (the scale 20-23 times the usual): rows' maxima grow past the sm90a
   // softmax's slack (kMaxSlack, tile_size.h) at later key tiles, where O takes a correction other
   // than 1; with the usual scale a row's max moves that far only at its first tile.

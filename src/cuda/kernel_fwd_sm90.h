@@ -84,9 +84,11 @@ __device__ __forceinline__ void wait_cluster_scope(uint64_t* barrier, uint32_t p
       : "memory");
 }
 
-// The scores' modifiers and mask of a call (slope: the head's ALiBi slope, 0 when off).
-__device__ __forceinline__ ScoreMod<float> score_mod(const FwdParams& p, float slope) {
-  return ScoreMod<float>{p.scale, p.softcap, slope, p.seqlen_k - p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+// The scores' modifiers and mask of a call (slope: the head's ALiBi slope, 0 when off), in 32-bit
+// positions: the launcher bounds the lengths and clamps the windows (launch_fwd_sm90.h).
+__device__ __forceinline__ ScoreMod<float, int> score_mod(const FwdParams& p, float slope) {
+  return ScoreMod<float, int>{p.scale, p.softcap, slope, p.seqlen_k - p.seqlen_q, p.seqlen_k, p.window_left,
+                              p.window_right};
 }
 
 // Work item t of the persistent schedule: the query tiles of one (sequence, head) from the last to
@@ -128,7 +130,7 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
     w.wg_stride = 64;
   }
   w.slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[w.b * p.alibi_batch_stride + w.h] : 0.f;
-  const ScoreMod<float> mod = score_mod(p, w.slope);
+  const auto mod = score_mod(p, w.slope);
   w.keys = key_tiles(mod, first, min(first + item_rows, p.seqlen_q) - 1, K::kBlockN);
   w.unmasked = unmasked_key_tiles(mod, first, first + item_rows - 1, K::kBlockN);
   return w;
@@ -155,7 +157,7 @@ template <class K, bool kWarpgroupKeys>
 __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, const FwdTile& w, int wg) {
   if (K::kWideTile && w.wg_row0(wg) >= p.seqlen_q) return {max(0, w.n_keys() - 1), w.unmasked};
   if (!kWarpgroupKeys || p.window_right < 0) return {0, w.unmasked};
-  const ScoreMod<float> mod = score_mod(p, w.slope);
+  const auto mod = score_mod(p, w.slope);
   const int row0 = w.wg_row0(wg);
   int last_tile = w.keys.min + 1;  // rows past the queries: only the tile every warpgroup takes
   if (row0 < p.seqlen_q) {
@@ -621,11 +623,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
                         : n_keys == 0    ? shared.q.data() + wg * kTileElements
                                          : last_kv) +
                        opaque_zero();
-    // The accumulators' pairs (columns 2t, 2t + 1) as 32-bit words of the tile, in the
-    // accumulators' order: [n8 tile][row half].
-    Tensor tOsO = recast<uint32_t>(typename K::MmaOWarpgroup{}.get_thread_slice(tid % 128).partition_C(
-        make_tensor(make_smem_ptr(staging), typename K::SmemLayoutO{})));
-    static_assert(decltype(size(tOsO))::value == K::kDTiles * 2, "one staging word per accumulator pair");
+    // The accumulators' pairs (rows 16 (warp % 4) + g + 8 half, columns 8 dt + 2t, 2t + 1) as 32-bit
+    // words of the tile, by their shared-memory addresses. The tile is boxes of kOBoxCols columns,
+    // a row of kRowBytes each; the swizzle XORs a row's 16-byte chunk index with the row's bits from
+    // 7 up, which for this thread's rows come from g alone: one base and one XOR term per thread, a
+    // constant per word. (Through CuTe's swizzled pointer each word took a generic store with a
+    // 64-bit address of its own, 6 instructions: sm90a v57.)
+    using Swizzle = decltype(get_swizzle_portion(typename K::SmemLayoutO{}));
+    constexpr int kRowBytes = K::kOBoxCols * sizeof(Element), kChunks = kRowBytes / 16;
+    static_assert(Swizzle::num_base == 4 && Swizzle::num_shft == 3 && kChunks == 1 << Swizzle::num_bits,
+                  "a box row is one swizzle row: its chunks XORed with the row's bits from 7 up");
+    static_assert(kTileElements * sizeof(Element) % 1024 == 0 &&
+                      (!K::kStageOInKv || K::kKvStageElements * sizeof(Element) % 1024 == 0),
+                  "every staging tile starts on a 1024-byte boundary, a period of the swizzle");
+    const uint32_t row_address =
+        cast_smem_ptr_to_uint(staging) + (warp % 4 * 16 + origin.g) * kRowBytes + 4 * origin.t;
+    const uint32_t chunk_xor = (origin.g * kRowBytes >> 7 & (kChunks - 1)) << 4;
+    auto store_pair = [&](int dt, int half, uint32_t word) {
+      const uint32_t address = row_address + ((dt % (K::kOBoxCols / 8) << 4) ^ chunk_xor) +
+                               (dt / (K::kOBoxCols / 8) * 64 + half * 8) * kRowBytes;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(word) : "memory");
+    };
     if constexpr (K::kStageOInKv) {
       // The other warpgroup's last product has read the stage. (Without keys, Q's buffer: it has
       // just landed, and the stores that read it for an earlier item were waited for before its
@@ -642,8 +660,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     for (int dt = 0; dt < K::kDTiles; ++dt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        tOsO(dt * 2 + half) =
-            pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]);
+        store_pair(dt, half,
+                   pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]));
       }
     tma_store_fence();  // the threads' writes, visible to the TMA unit
     NamedBarrier::sync(128, kEpilogueBarrier + wg);

@@ -62,7 +62,8 @@ bool tma_addressable(const View& t) {
 bool sm90_serves(const AttnProblem& p, const FwdPlan& sm80_plan) {
   if (p.exec.backend == FLASHATTN_BACKEND_CUDA_SM80) return false;
   if (p.varlen_q || p.kv_layout != KvLayout::Dense || p.cache_seqlens.present() || p.has_append() ||
-      p.opts.dropout_p > 0.f || p.d != p.d_v || p.seqlen_k == 0) {
+      p.opts.dropout_p > 0.f || p.d != p.d_v || p.seqlen_k == 0 || p.seqlen_q > kFwdSm90MaxLength ||
+      p.seqlen_k > kFwdSm90MaxLength) {
     return false;
   }
   if (!tma_addressable(p.q) || !tma_addressable(p.k) || !tma_addressable(p.v) || !tma_addressable(p.out)) {

@@ -53,8 +53,14 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                                      make_stride(atoms_stride, stride_of(p.seqlen_k, p.v_row_stride),
                                                  stride_of(heads_kv, p.v_head_stride),
                                                  stride_of(p.batch, p.v_batch_stride)));
+  // A window wider than the keys it can reach keeps the same keys when clamped to them (a left edge
+  // past seqlen_k reaches key 0 from every query row, a right edge past seqlen_q the last key), and the
+  // clamped edges keep the kernel's 32-bit position arithmetic in range (kFwdSm90MaxLength).
+  FwdParams clamped = p;
+  if (clamped.window_left > p.seqlen_k) clamped.window_left = p.seqlen_k;
+  if (clamped.window_right > p.seqlen_q) clamped.window_right = p.seqlen_q;
   FwdSm90Args<K> args{
-      p,
+      clamped,
       make_tma_copy(SM90_TMA_LOAD{},
                     rows(p.q, p.seqlen_q, p.d, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                     typename K::SmemLayoutQLoad{}),

@@ -40,7 +40,9 @@ __device__ __forceinline__ float tree_reduce(float (&v)[kN], Op op) {
 struct KeyTiles {
   int min, max;
 };
-__device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float>& mod, int first_row, int last_row, int block_n) {
+template <class Index>
+__device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float, Index>& mod, int first_row, int last_row,
+                                              int block_n) {
   const int key_lo = int(mod.first_key(first_row)), key_hi = int(mod.last_key(last_row));
   const int lo = key_lo / block_n;
   return {lo, key_hi > key_lo ? (key_hi + block_n - 1) / block_n : lo};
@@ -49,8 +51,9 @@ __device__ __forceinline__ KeyTiles key_tiles(const ScoreMod<float>& mod, int fi
 // The tiles of block_n keys that every query row in [first_row, last_row] keeps whole: only the
 // tiles outside [min, max) (a window edge, the end of the keys) need the per-element mask. Unbounded
 // window sides need no test: first_key is then 0 and last_key seqlen_k.
-__device__ __forceinline__ KeyTiles unmasked_key_tiles(const ScoreMod<float>& mod, int first_row, int last_row,
-                                                       int block_n) {
+template <class Index>
+__device__ __forceinline__ KeyTiles unmasked_key_tiles(const ScoreMod<float, Index>& mod, int first_row,
+                                                       int last_row, int block_n) {
   return {int((mod.first_key(last_row) + block_n - 1) / block_n), int(mod.last_key(first_row) / block_n)};
 }
 
@@ -63,8 +66,8 @@ struct FragmentOrigin {
 };
 
 // s <- softcap / ALiBi-modified scores, in log2 units.
-template <int kM, int kNTiles>
-__device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
+template <int kM, int kNTiles, class Index>
+__device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], const ScoreMod<float, Index>& mod,
                                                  const FragmentOrigin& o) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
@@ -85,8 +88,8 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
 // the plain form (the relative one moves their spills by -28 to +16 bytes). kLeftEdge: rows may
 // drop keys at their start (a window's left edge); without one (no window, causal, a right window
 // alone) every row's first kept key is 0, and each element takes one compare instead of two.
-template <bool kRelativeRange = false, bool kLeftEdge = true, int kM, int kNTiles>
-__device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float>& mod,
+template <bool kRelativeRange = false, bool kLeftEdge = true, int kM, int kNTiles, class Index>
+__device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const ScoreMod<float, Index>& mod,
                                            const FragmentOrigin& o) {
   // The column the ranges are taken from, and the thread's column offset left in each element's.
   const int col0 = kRelativeRange ? o.col0 + 2 * o.t : o.col0, thread_col = kRelativeRange ? 0 : 2 * o.t;

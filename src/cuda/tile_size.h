@@ -225,6 +225,10 @@ constexpr int kFwdSm90WideMinMaskedRows = 2048;
 // per item) 0.98-1.01x, with 512 0.94x at d 128 (sm90a v29, v45, v47). On an H200 likewise:
 // without the pairs 0.95-0.99x from 4k keys, the pairs from 1k 0.96-0.99x at 1k (the H200 entry).
 constexpr int kFwdSm90ClusterMinKeys = 2048;
+// The sm90a forward's query and key counts: up to 2^29 each, so that its 32-bit window edges
+// (ScoreMod<float, int>, the windows clamped to the lengths; rows past the queries in an item's
+// last tile included) stay far inside int; longer sequences take the sm80 kernels.
+constexpr int kFwdSm90MaxLength = 1 << 29;
 
 // sm80 backward, dq pass: kWarps warps of 16 query rows (kBlockM = 16 * kWarps) sweep kBlockN
 // keys per step. Each thread holds dq (kHeadDim / 2 floats) plus S and dP (kBlockN / 4 each),
