@@ -71,8 +71,11 @@ mkdir -p "$out"
 csvs=/tmp/gpu-ab-csv
 t0=$(date +%s)
 log() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,memory.total,driver_version,uuid,power.limit,clocks.max.sm,temperature.gpu \
-  --format=csv,noheader
+# The device (its UUID too), printed first and again last: a long call's returned tail may have
+# lost the first line.
+device=$(nvidia-smi --query-gpu=name,memory.total,driver_version,uuid,power.limit,clocks.max.sm,temperature.gpu \
+  --format=csv,noheader)
+echo "$device"
 
 # Variant trees under /tmp/gpu-ab: A is the working tree, the others A plus one patch each.
 letters=(B C D E F G H)
@@ -319,3 +322,5 @@ if totals:
             print(f'  {offset:06x} {samples:6d}  {text[:90]}')
 PY
 fi
+
+log "device: $device"
