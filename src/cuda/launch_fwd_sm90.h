@@ -57,8 +57,8 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   // past seqlen_k reaches key 0 from every query row, a right edge past seqlen_q the last key), and the
   // clamped edges keep the kernel's 32-bit position arithmetic in range (kFwdSm90MaxLength).
   FwdParams clamped = p;
-  if (clamped.window_left > p.seqlen_k) clamped.window_left = p.seqlen_k;
-  if (clamped.window_right > p.seqlen_q) clamped.window_right = p.seqlen_q;
+  clamped.window_left = std::min(p.window_left, p.seqlen_k);  // -1 (unbounded) stays
+  clamped.window_right = std::min(p.window_right, p.seqlen_q);
   FwdSm90Args<K> args{
       clamped,
       make_tma_copy(SM90_TMA_LOAD{},

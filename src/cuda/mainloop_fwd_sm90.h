@@ -111,8 +111,6 @@ struct FwdSm90 {
                                  cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       WarpgroupLayout{}));
-  // One warpgroup's share of MmaO: its thread slices address the warpgroup's own staging tile.
-  using MmaOWarpgroup = decltype(cute::make_tiled_mma(typename MmaO::Atom{}));
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch) for Q, K and O, and V^T as
   // (head dim, rows, heads, batch). Strides in elements.
