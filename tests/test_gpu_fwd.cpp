@@ -56,13 +56,16 @@ std::vector<AttnCase> forward_cases() {
   // Scores spread wide (the scale 20-23 times the usual): rows' maxima grow past the sm90a
   // softmax's slack (kMaxSlack, tile_size.h) at later key tiles, where O takes a correction other
   // than 1; with the usual scale a row's max moves that far only at its first tile.
-  for (int64_t d : {96, 128}) {
+  for (int64_t d : {96, 128, 256}) {
     c = shape(300, 1100, d);
     c.softmax_scale = 2.f;
     cases.push_back(c);
   }
   c = shape(190, 190, 128);
   c.softcap = 5.f;
+  cases.push_back(c);
+  c = shape(190, 330, 256);  // d 256's tile: one K / V stage, two turns per tile (tile_size.h)
+  c.softcap = 5.f, c.window_left = 100, c.window_right = 20;
   cases.push_back(c);
   c = shape(190, 230, 64);
   c.alibi = true, c.causal = true;
@@ -80,8 +83,9 @@ std::vector<AttnCase> forward_cases() {
   c = shape(1000, 100, 128);
   c.batch = 3, c.heads_q = 16, c.heads_kv = 4, c.causal = true;
   cases.push_back(c);
-  // The same at d 192 / 256, where the sm90a kernel stages an item's output in its last K / V
-  // stages and gives them back during the next item, and stages a keyless item's in Q's buffer.
+  // The same at d 192, where the sm90a kernel stages an item's output in its last K / V stages and
+  // gives them back during the next item, and stages a keyless item's in Q's buffer, and at d 256,
+  // whose one K / V stage serves the next item's first tile once the last products have read it.
   for (int64_t d : {192, 256}) {
     c = shape(600, 600, d);  // 160 items
     c.batch = 4, c.heads_q = 8, c.heads_kv = 2, c.causal = true;

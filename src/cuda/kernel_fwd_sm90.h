@@ -9,19 +9,21 @@
 // group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
 // where the tile table has kSoftmaxOverlapsO a tile's softmax runs while the previous tile's O
 // product is in flight (elsewhere ptxas waits for both products first, as the softcap / ALiBi
-// instantiation does by design). Two consumer warpgroups take turns at the tensor
-// cores (ping-pong): each issues its products only after the other has issued its own, so that one
-// warpgroup's softmax runs while the other's products occupy the tensor cores. Under a causal mask
-// or a window's right edge a warpgroup whose 64 rows end a key tile before the item's skips that
-// tile (where the tile table has kSkipKeyTiles). Each warpgroup writes its rows of O into a staging
-// tile in shared memory (above d 128 the item's last K or V stage, once both warpgroups' products
-// are done with it) and TMA stores take them out. Where the tile table has kClusterPairs (d 128 /
-// 256), calls without softcap or ALiBi, without a mask or with a right edge only, from
-// kFwdSm90ClusterMinKeys keys, with an even number of query tiles per head, run in clusters of two
-// CTAs that take two query tiles of a head at once, their rows interleaved so that both CTAs need
-// the same key tiles (fwd_sm90_cluster_serves, fwd_tile): each CTA's producer loads half of every
-// K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the producers once
-// the consumers of both CTAs are done with it.
+// instantiation does by design). Two consumer warpgroups take turns at the tensor cores
+// (ping-pong): each issues its products only after the other has issued its own, so that one
+// warpgroup's softmax runs while the other's products occupy the tensor cores (with kSplitTurns one
+// turn for S and one for O of each tile). Under a causal mask or a window's right edge a warpgroup
+// whose 64 rows end a key tile before the item's skips that tile (where the tile table has
+// kSkipKeyTiles). Each warpgroup writes its rows of O into a staging tile in shared memory (at d
+// 192 and in d 256's pairs the item's last K or V stage, once both warpgroups' products are done
+// with it; in d 256's single CTAs a tile of half the head dim, whose two box slots take the four
+// boxes in turn) and TMA stores take them out. Where the tile table has kClusterPairs (d 128 / 256), calls without softcap or ALiBi,
+// without a mask or with a right edge only, from kFwdSm90ClusterMinKeys keys, with an even number
+// of query tiles per head, run in clusters of two CTAs that take two query tiles of a head at once,
+// their rows interleaved so that both CTAs need the same key tiles (fwd_sm90_cluster_serves,
+// fwd_tile): each CTA's producer loads half of every K / V tile into both CTAs' stages (TMA
+// multicast), and a stage goes back to the producers once the consumers of both CTAs are done with
+// it.
 #pragma once
 
 #include <cstdint>
@@ -137,18 +139,18 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
 }
 
 // One consumer warpgroup's 64 rows of a work item. Under a causal mask or a window's right edge
-// their last key may come a whole key tile before the item's (64-row warpgroups against 80- or
-// 96-key tiles at d 256 / 192, the wide tile's 192 rows against 128-key tiles, or keys past the
-// queries): in the kernel with kWarpgroupKeys the warpgroup skips the item's first `skip` key
-// tiles (the loop takes them from the last), which hold no key of its rows, and masks only the
-// tiles that its own rows do not keep whole. It always takes the item's last tile (its first
-// keys), so that its reads of Q and of the last K / V stages end there as the other warpgroups'
-// do. Without a right edge, or in the kernel without kWarpgroupKeys, the item's range: the work
-// before an item's first product is on its critical path (docs/performance.md, sm90a v24). In the
-// wide tile a warpgroup whose rows all lie past the queries (at 512 / 1k rows one or two of the
-// three in every head's last item) takes that last tile alone in every kernel (sm90a v51); not in
-// the 128-row tiles, whose kernels without kWarpgroupKeys then held the skipping code (d 64 causal
-// 1k 0.965x) for rows that the usual lengths fill.
+// their last key may come a whole key tile before the item's (64-row warpgroups against 96- or
+// 80-key tiles at d 192 / d 256's pairs, the interleaved rows of a cluster pair, the wide tile's
+// 192 rows against 128-key tiles, or keys past the queries): in the kernel with kWarpgroupKeys the warpgroup skips the
+// item's first `skip` key tiles (the loop takes them from the last), which hold no key of its rows,
+// and masks only the tiles that its own rows do not keep whole. It always takes the item's last
+// tile (its first keys), so that its reads of Q and of the last K / V stages end there as the other
+// warpgroups' do. Without a right edge, or in the kernel without kWarpgroupKeys, the item's range:
+// the work before an item's first product is on its critical path (docs/performance.md, sm90a v24).
+// In the wide tile a warpgroup whose rows all lie past the queries (at 512 / 1k rows one or two of
+// the three in every head's last item) takes that last tile alone in every kernel (sm90a v51); not
+// in the 128-row tiles, whose kernels without kWarpgroupKeys then held the skipping code (d 64
+// causal 1k 0.965x) for rows that the usual lengths fill.
 struct WarpgroupKeys {
   int skip;
   KeyTiles unmasked;  // the key tiles that every row of the warpgroup keeps whole: no mask
@@ -403,9 +405,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   // warpgroup w waits on turn barrier w for the other warpgroup's arrival (its products issued),
   // issues its own and arrives on the other's barrier.
   // The turns run on across work items: both warpgroups take the same turns (n_keys + 1 per item,
-  // one empty turn for an item without keys); warpgroup 1 opens the first and warpgroup 0 takes
-  // up its last arrival at the end, so that every arrival meets a wait. An arrival never runs
-  // ahead of the wait it is meant for, as each follows the other warpgroup's previous turn.
+  // with K::kSplitTurns 2 n_keys, one empty turn for an item without keys); warpgroup 1 opens the
+  // first and warpgroup 0 takes up its last arrival at the end, so that every arrival meets a
+  // wait. An arrival never runs ahead of the wait it is meant for, as each follows the other
+  // warpgroup's previous turn.
   constexpr bool kPingPong = K::kConsumerWarpgroups == 2;
   auto turn_begin = [&] {
     if constexpr (kPingPong) NamedBarrier::sync(256, kTurnBarrier + wg);
@@ -531,34 +534,73 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       warpgroup_fence_operand(tOrP);
     };
 
+    // A tile that holds no key of this warpgroup's rows (the item's first own.skip): no products,
+    // its turns empty, and its stages go back once loaded (an earlier arrival could count towards the
+    // stage's previous use, which another warpgroup may still read).
+    // With K::kSplitTurns (one stage) K goes back before the first empty turn and V before the
+    // second, as the products would give them back: V loads only after every warpgroup's previous O
+    // product, and the other warpgroup's S product must not wait for it.
+    auto pass_tile = [&](int i) {
+      const int stage = (kv_loads + i) % K::kStages;
+      const uint32_t phase = ((kv_loads + i) / K::kStages) & 1;
+      auto pass_v = [&] {
+        if (leader) {
+          Full::wait(&shared.v_full[stage], phase);
+          release_stage(shared.v_empty[stage]);
+        }
+      };
+      if (leader) {
+        Full::wait(&shared.k_full[stage], phase);
+        release_stage(shared.k_empty[stage]);
+      }
+      if constexpr (!K::kSplitTurns) pass_v();
+      turn_begin();
+      turn_end();
+      if constexpr (K::kSplitTurns) {
+        pass_v();
+        turn_begin();
+        turn_end();
+      }
+    };
+
     // Key tiles from the last to the first. Tile i's S = Q K^T runs on the tensor cores while
-    // this warpgroup waits for nothing but it; from the second tile on, the next tile's S and this
-    // tile's O += P V are in flight together, and with K::kSoftmaxOverlapsO the softmax of the next
-    // tile overlaps the O product.
+    // this warpgroup waits for nothing but it; without K::kSplitTurns, from the second tile on,
+    // the next tile's S and this tile's O += P V are in flight together, and with
+    // K::kSoftmaxOverlapsO the softmax of the next tile overlaps the O product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
       release_pending_stage();
       if (leader && !K::kStageOInKv) Empty::arrive(&shared.q_empty);
       turn_begin();
       turn_end();
-    } else {
-      // The tiles that hold no key of this warpgroup's rows: no products, an empty turn each, and
-      // their stages go back once loaded (an earlier arrival could count towards the stage's
-      // previous use, which another warpgroup may still read). The previous item's staged output
-      // goes back first: the producer may need its stage for these tiles.
-      if (own.skip > 0) release_pending_stage();
-      for (int i = 0; i < own.skip; ++i) {
-        const int stage = (kv_loads + i) % K::kStages;
-        const uint32_t phase = ((kv_loads + i) / K::kStages) & 1;
-        if (leader) {
-          Full::wait(&shared.k_full[stage], phase);
-          release_stage(shared.k_empty[stage]);
-          Full::wait(&shared.v_full[stage], phase);
-          release_stage(shared.v_empty[stage]);
-        }
+    } else if constexpr (K::kSplitTurns) {
+      // One K / V stage, and no S product in flight beside the warpgroup's own O product (the
+      // registers hold S, P and O once each): two turns per tile, S then O, so that the tensor
+      // cores take S of warpgroup 0, S of 1, O of 0, O of 1: warpgroup 0's softmax runs under
+      // warpgroup 1's S product and warpgroup 1's under warpgroup 0's O product, the next tile's K
+      // loads under the two O products and its V under the next S products.
+      static_assert(!K::kWideTile && !K::kStageOInKv, "split turns: two warpgroups, the output staged apart");
+      for (int i = 0; i < own.skip; ++i) pass_tile(i);
+      for (int i = own.skip; i < n_keys; ++i) {
         turn_begin();
+        issue_s(i);
         turn_end();
+        warpgroup_wait<0>();
+        softmax_tile(i);
+        if (i > own.skip) rescale();  // O of the tiles before, to this tile's maxima
+        convert_p();
+        turn_begin();
+        issue_o(i);
+        turn_end();
+        warpgroup_wait<0>();
+        release_v(i);
       }
+      kv_loads += n_keys;
+    } else {
+      // The previous item's staged output goes back first: the producer may need its stage for
+      // the tiles skipped.
+      if (own.skip > 0) release_pending_stage();
+      for (int i = 0; i < own.skip; ++i) pass_tile(i);
       turn_begin();
       issue_s(own.skip);
       turn_end();
@@ -644,46 +686,64 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
                                (dt / (K::kOBoxCols / 8) * 64 + half * 8) * kRowBytes;
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(word) : "memory");
     };
-    if constexpr (K::kStageOInKv) {
-      // The other warpgroup's last product has read the stage. (Without keys, Q's buffer: it has
-      // just landed, and the stores that read it for an earlier item were waited for before its
-      // release.)
-      if (n_keys > 0) NamedBarrier::sync(256, kStageReadBarrier + wg);
-    } else {
-      // The previous item's stores have read the tile (issued a whole item ago: no wait in
-      // practice).
-      if (leader) tma_store_wait<0>();
+    // The output's boxes pass through the staging tile: all at once where it spans the head dim,
+    // else one at a time through its slots in turn (d 256: four boxes, two slots), each box's stores
+    // committed on their own, so that a slot is filled again once its last stores have read it
+    // while the other slot's are still in flight.
+    constexpr int kBoxes = K::kHeadDim / K::kOBoxCols, kSlots = K::kOStagingSlots;
+    constexpr int kPassBoxes = kSlots == kBoxes ? kBoxes : 1, kBoxDTiles = K::kOBoxCols / 8;
+#pragma unroll
+    for (int box0 = 0; box0 < kBoxes; box0 += kPassBoxes) {
+      const int slot0 = box0 % kSlots;
+      if constexpr (K::kStageOInKv) {
+        // The other warpgroup's last product has read the stage. (Without keys, Q's buffer: it has
+        // just landed, and the stores that read it for an earlier item were waited for before its
+        // release.)
+        if (n_keys > 0) NamedBarrier::sync(256, kStageReadBarrier + wg);
+      } else if (box0 == 0 || box0 >= kSlots) {
+        // The slot's last stores have read it: the previous item's (issued a whole item ago: no
+        // wait in practice), or this item's box kSlots before, with the boxes after it in flight.
+        if (leader) {
+          if (box0 == 0) {
+            tma_store_wait<0>();
+          } else {
+            tma_store_wait<kSlots - 1>();
+          }
+        }
+        NamedBarrier::sync(128, kEpilogueBarrier + wg);
+      }
+      compiler_barrier();  // CUTLASS's bar.sync has no memory clobber: the writes stay after it
+#pragma unroll
+      for (int dt = 0; dt < kPassBoxes * kBoxDTiles; ++dt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const auto& pair = acc_o[0][box0 * kBoxDTiles + dt];
+          store_pair(slot0 * kBoxDTiles + dt, half,
+                     pack2<Element>(pair[2 * half] * inv[half], pair[2 * half + 1] * inv[half]));
+        }
+      tma_store_fence();  // the threads' writes, visible to the TMA unit
       NamedBarrier::sync(128, kEpilogueBarrier + wg);
-    }
-    compiler_barrier();  // CUTLASS's bar.sync has no memory clobber: the writes stay after it
+      if (leader) {
+        // The warpgroup's 64 rows, a box per atom column.
+        Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
 #pragma unroll
-    for (int dt = 0; dt < K::kDTiles; ++dt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        store_pair(dt, half,
-                   pack2<Element>(acc_o[0][dt][2 * half] * inv[half], acc_o[0][dt][2 * half + 1] * inv[half]));
-      }
-    tma_store_fence();  // the threads' writes, visible to the TMA unit
-    NamedBarrier::sync(128, kEpilogueBarrier + wg);
-    if (leader) {
-      // The warpgroup's 64 rows, a box per atom column c.
-      Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.d, p.heads_q, p.batch));
-#pragma unroll
-      for (int c = 0; c < K::kHeadDim / K::kOBoxCols; ++c) {
-        Tensor sBox = make_tensor(make_smem_ptr(staging + c * 64 * K::kOBoxCols), typename K::SmemLayoutOBox{});
-        Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
-                                 make_coord(w.wg_row0(wg) / 64, c));
-        auto [tOg, tOs] =
-            tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
-        copy(args.tma_o, tOs, tOg);
-      }
-      tma_store_arrive();
-      if constexpr (K::kStageOInKv) {  // the staging buffer goes back to the producer once the stores read it
-        if (n_keys > 0) {
-          pending_stage = last_stage;  // given back in the next item (release_pending_stage)
-        } else {
-          tma_store_wait<0>();  // Q: before the next item's Q can load
-          Empty::arrive(&shared.q_empty);
+        for (int c = 0; c < kPassBoxes; ++c) {
+          Tensor sBox = make_tensor(make_smem_ptr(staging + (slot0 + c) * 64 * K::kOBoxCols),
+                                    typename K::SmemLayoutOBox{});
+          Tensor gBox = local_tile(mO(_, _, w.h, w.b), Shape<_64, Int<K::kOBoxCols>>{},
+                                   make_coord(w.wg_row0(wg) / 64, box0 + c));
+          auto [tOg, tOs] =
+              tma_partition(args.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sBox), group_modes<0, 2>(gBox));
+          copy(args.tma_o, tOs, tOg);
+        }
+        tma_store_arrive();
+        if constexpr (K::kStageOInKv) {  // the staging buffer goes back to the producer once the stores read it
+          if (n_keys > 0) {
+            pending_stage = last_stage;  // given back in the next item (release_pending_stage)
+          } else {
+            tma_store_wait<0>();  // Q: before the next item's Q can load
+            Empty::arrive(&shared.q_empty);
+          }
         }
       }
     }

@@ -17,7 +17,8 @@ namespace flashattn::cuda {
 
 // kWide: the wide tile (FwdWideTileSm90) instead of the table's. kCluster_: CTAs per cluster (1 or
 // 2); a cluster of two takes two query tiles of one head with the same key tiles, and each CTA
-// loads half of every K / V tile into both CTAs' shared memory (TMA multicast).
+// loads half of every K / V tile into both CTAs' shared memory (TMA multicast), in the pairs' tile
+// (FwdPairTileSm90).
 template <int kHeadDim_, class Element_, bool kWide = false, int kCluster_ = 1>
 struct FwdSm90 {
   using Element = Element_;
@@ -25,7 +26,8 @@ struct FwdSm90 {
   static constexpr int kCluster = kCluster_;
   static constexpr bool kWideTile = kWide;
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
-  using Tile = std::conditional_t<kWide, FwdWideTileSm90<kHeadDim>, FwdTileSm90<kHeadDim>>;
+  using Tile = std::conditional_t<kWide, FwdWideTileSm90<kHeadDim>,
+                                  std::conditional_t<kCluster == 2, FwdPairTileSm90<kHeadDim>, FwdTileSm90<kHeadDim>>>;
   static constexpr int kConsumerWarpgroups = Tile::kConsumerWarpgroups;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0 produces
@@ -37,6 +39,10 @@ struct FwdSm90 {
   static constexpr int kMaxSlack = Tile::kMaxSlack;
   static constexpr bool kSkipKeyTiles = Tile::kSkipKeyTiles;
   static constexpr bool kSoftmaxOverlapsO = Tile::kSoftmaxOverlapsO;
+  static constexpr bool kSplitTurns = Tile::kSplitTurns;
+  static_assert(!kSplitTurns || (!kRescaleInTurn && !kSoftmaxOverlapsO),
+                "split turns: no O product in flight beside the softmax");
+  static constexpr int kOStagingCols = Tile::kOStagingCols;
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr int kDTiles = kHeadDim / 8;  // of O
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with: the
@@ -74,11 +80,12 @@ struct FwdSm90 {
       AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
-  // The output leaves through a staging tile per consumer warpgroup (its 64 rows x the head dim,
-  // swizzled as Q) by TMA stores of one box of 64 rows x one swizzle atom's columns each
+  // The output leaves through a staging tile per consumer warpgroup (its 64 rows x kOStagingCols
+  // columns, swizzled as Q) by TMA stores of one box of 64 rows x one swizzle atom's columns each
   // (kOBoxCols). The tiles have their own buffer where shared memory holds one beside Q and the
-  // K / V stages (up to d 128). Else (kStageOInKv: d 192 / 256, two consumer warpgroups) warpgroup
-  // 0 stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the
+  // K / V stages (up to d 128; at d 256 with one K / V stage, tiles of half the head dim, filled
+  // and stored twice). Else (kStageOInKv: d 192 and d 256's pairs, two consumer warpgroups)
+  // warpgroup 0 stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the
   // other warpgroup's last products have read them. Q goes back to the producer at the item's
   // last S, so that the next item's Q loads under this one's last products and epilogue; the two
   // stages go back once the stores have read them, which the leader thread waits for in the next
@@ -86,14 +93,21 @@ struct FwdSm90 {
   // at least). An item without keys has no stage: its zeros go through Q's buffer.
   static constexpr int kOBoxCols = int(cute::size<1>(AtomK{}));
   using SmemLayoutOBox = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOBoxCols>>{}));
-  using SmemLayoutO = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{}));
+  // A warpgroup's staging tile: its 64 rows x kOStagingCols columns, kOStagingSlots boxes. Narrower
+  // than the head dim, its slots take the boxes in turn (kernel_fwd_sm90.h).
+  static_assert(kHeadDim % kOStagingCols == 0 && kOStagingCols % kOBoxCols == 0, "staging slots of whole boxes");
+  static constexpr int kOStagingSlots = kOStagingCols / kOBoxCols;
+  using SmemLayoutO = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOStagingCols>>{}));
   static constexpr bool kStageOInKv =
-      int(sizeof(Element)) * int(2 * cute::cosize_v<SmemLayoutQ> + cute::cosize_v<SmemLayoutK> +
-                                 cute::cosize_v<SmemLayoutVt>) +
+      int(sizeof(Element)) * int(cute::cosize_v<SmemLayoutQ> + kConsumerWarpgroups * cute::cosize_v<SmemLayoutO> +
+                                 cute::cosize_v<SmemLayoutK> + cute::cosize_v<SmemLayoutVt>) +
           1024 >
       227 * 1024;
+  static_assert(!kStageOInKv || kOStagingCols == kHeadDim,
+                "an output staged in a K or V stage takes the whole head dim");
   static constexpr int kKvStageElements = kBlockN * kHeadDim;
-  static_assert(SmemLayoutK{}(0, 0, 1) == kKvStageElements && SmemLayoutVt{}(0, 0, 1) == kKvStageElements,
+  static_assert(kStages == 1 ||
+                    (SmemLayoutK{}(0, 0, 1) == kKvStageElements && SmemLayoutVt{}(0, 0, 1) == kKvStageElements),
                 "K / V stages lie one after the other");
   static_assert(!kStageOInKv || (kConsumerWarpgroups == 2 && kStages >= 2 && kBlockN >= 64 &&
                                  kKvStageElements * sizeof(Element) % 1024 == 0),

@@ -82,43 +82,48 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // warpgroups of 64 query rows issuing wgmma). kBlockN keys per K / V stage, kStages stages.
 // The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
 // O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q,
-// kStages K and V tiles and, where there is room, the output's staging tile (the size of Q's;
-// without room the output is staged in the item's last K and V stages: mainloop_fwd_sm90.h), at
-// most 227 KB.
-// Every entry: two consumer warpgroups (128 query rows) and two K / V stages, so that the next
-// tile's K and V land while this one's products run. kRescaleInTurn: O takes the softmax's
-// corrections in the warpgroup's turn at the tensor cores (after the S product's issue) rather than
-// right after the softmax, where it lengthens the span the other warpgroup's products must cover;
-// worth it where that span is the limit (d 128: 1.010-1.029x on the grid; d 256, whose products
-// outlast the softmax: 0.96-1.02x, no gain; docs/performance.md, sm90a v8). kTreeReduce: each
-// row's max and sum over a tile as balanced trees (OnlineSoftmax::update_scores), which shortens
-// the softmax's dependent chains: 1.00-1.05x on the two-warpgroup tiles (d 64 causal 1k / 2k
-// 1.04-1.05x); the wide tile keeps the running accumulators (0.95-0.98x at causal 4k-16k; sm90a v10).
-// kMaxSlack: how far (log2 units) a row's max may grow before the softmax moves it; with it, a
-// warp whose rows all kept their max skips O's rescale, which is then most tiles' (0: the max
-// follows every tile and O is always rescaled). Above d 64, where O is 48-128 floats per thread:
-// 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
-// rescale saves: 0.93-1.00x (sm90a v11). No tile prefetches an item's Q and first K / V tiles
-// into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
-// gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster
-// without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
-// v39). kClusterPairs: calls without softcap, ALiBi or a window's left edge (unmasked or causal),
-// from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
-// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head, their
-// rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V bytes
-// from L2, which at the power cap the long calls run under gives the SMs a higher clock (sustained
-// d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a v29; causal
-// d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.02x, sm90a v49 / v49d).
-// kSoftmaxOverlapsO: the leader's release of the K stage (and at an item's last tile of Q) closes
-// a tile's softmax rather than opening it. ptxas moves the wait for the previous tile's O product
-// up to the start of its basic block: where the arrivals' branch opens the softmax, the block
-// starts after them (and after a masked tile's mask), and the exponentials run after both
-// products (the turns alone overlap softmax and products); where the arrivals close it, the
-// softmax also overlaps the warpgroup's own O product. The latter at d 256:
-// causal +1-2% from 512 to 8k in two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within
-// 1%; at d 64 / 128 it lost 1-8% (0.93-0.96x at d 64 below 16k: the K and V stages go back a
-// softmax later), and neither three stages nor the wait written before the softmax recovered it
-// (sm90a v43).
+// kStages K and V tiles and, where there is room, the output's staging tiles (kOStagingCols of
+// the head dim per pass; without room the output is staged in the item's last K and V stages:
+// mainloop_fwd_sm90.h), at most 227 KB.
+// Every entry: two consumer warpgroups (128 query rows); two K / V stages, so that the next
+// tile's K and V land while this one's products run, except in d 256's single CTAs (one, with
+// kSplitTurns).
+// kRescaleInTurn: O takes the softmax's corrections in the warpgroup's turn at the tensor cores
+// (after the S product's issue) rather than right after the softmax, where it lengthens the span
+// the other warpgroup's products must cover; worth it where that span is the limit (d 128:
+// 1.010-1.029x on the grid; d 256, whose products outlast the softmax: 0.96-1.02x, no gain;
+// docs/performance.md, sm90a v8). kTreeReduce: each row's max and sum over a tile as balanced
+// trees (OnlineSoftmax::update_scores), which shortens the softmax's dependent chains:
+// 1.00-1.05x on the two-warpgroup tiles (d 64 causal 1k / 2k 1.04-1.05x); the wide tile keeps
+// the running accumulators (0.95-0.98x at causal 4k-16k; sm90a v10). kMaxSlack: how far (log2
+// units) a row's max may grow before the softmax moves it; with it, a warp whose rows all kept
+// their max skips O's rescale, which is then most tiles' (0: the max follows every tile and O is
+// always rescaled). Above d 64, where O is 48-128 floats per thread: 1.01-1.07x from 1k at d 128
+// and 256; at d 64 (32 floats) the test costs more than the skipped rescale saves: 0.93-1.00x
+// (sm90a v11). No tile prefetches an item's Q and first K / V tiles into L2 as the producer
+// takes it: at d 256, where Q is largest against an item's work, that gained 1.02-1.05x at 512 /
+// 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster without it from 512 to 2k
+// keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 / v39). kClusterPairs: calls
+// without softcap, ALiBi or a window's left edge (unmasked or causal), from
+// kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
+// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head,
+// their rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V
+// bytes from L2, which at the power cap the long calls run under gives the SMs a higher clock
+// (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a
+// v29; causal d 128 8k and d 256 16k 1.03x, shorter causal calls 0.99-1.02x, sm90a v49 / v49d).
+// kSoftmaxOverlapsO: the leader's release of the K stage (and at an item's last tile of Q) closes a
+// tile's softmax rather than opening it. ptxas moves the wait for the previous tile's O product up
+// to the start of its basic block: where the arrivals' branch opens the softmax, the block starts
+// after them (and after a masked tile's mask), and the exponentials run after both products (the
+// turns alone overlap softmax and products); where the arrivals close it, the softmax also overlaps
+// the warpgroup's own O product. The latter at d 256 (80-key tiles): causal +1-2% from 512 to 8k in
+// two A / B calls (1.006-1.032x and 0.999-1.023x), unmasked within 1%; at d 64 / 128 it lost 1-8%
+// (0.93-0.96x at d 64 below 16k: the K and V stages go back a softmax later), and neither three
+// stages nor the wait written before the softmax recovered it (sm90a v43). kSplitTurns: no S
+// product in flight beside the warpgroup's own O product, and two turns per tile, S then O, so that
+// the tensor cores take S of warpgroup 0, S of 1, O of 0, O of 1 and one K / V stage suffices (the
+// next K loads under the O products, the next V under the S products); for a tile whose S, P and
+// O fill the registers once (kernel_fwd_sm90.h).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -139,6 +144,8 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kSkipKeyTiles = false;
   static constexpr bool kClusterPairs = false;  // calls without a mask take the wide tile
   static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 64;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. d 96 follows d 128 here, not
 // timed on its own. 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
@@ -155,6 +162,8 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 96
   static constexpr bool kSoftmaxOverlapsO = false;  // follows d 128 (not timed on its own)
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 96;
 };
 template <> struct FwdTileSm90<128> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
@@ -164,6 +173,8 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = true;
   static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 128;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
 // staged in the last K / V stages). (112 keys, as FlashAttention-3, 216 KB, spilled 96 bytes
@@ -172,23 +183,47 @@ template <> struct FwdTileSm90<128> {
 template <> struct FwdTileSm90<192> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 96, kStages = 2;
   static constexpr bool kRescaleInTurn = false;  // its products outlast the softmax, as at d 256 (not timed)
-  static constexpr bool kTreeReduce = true;  // follows d 256 (not timed on its own)
-  static constexpr int kMaxSlack = 8;  // follows d 256 (not timed on its own)
-  static constexpr bool kSkipKeyTiles = true;  // follows d 256 (not timed on its own)
+  static constexpr bool kTreeReduce = true;  // follows d 256's pair tile (not timed on its own)
+  static constexpr int kMaxSlack = 8;  // follows d 256's pair tile (not timed on its own)
+  static constexpr bool kSkipKeyTiles = true;  // follows d 256's pair tile (v24; not timed on its own)
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 192
-  static constexpr bool kSoftmaxOverlapsO = true;  // follows d 256 (not timed on its own)
+  static constexpr bool kSoftmaxOverlapsO = true;  // follows d 256's pair tile (v43; not timed on its own)
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 192;
 };
-// d 256: O alone is 128 floats per thread and Q 64 KB, so 80-key tiles (as FlashAttention-3):
-// S 40 + P 20 + O 128 registers, 224 KB (the output staged in the last K / V stages). Measured
-// 1.03-1.09x the 64-key tiles from 2k keys (docs/performance.md, v5).
+// d 256: O alone is 128 floats per thread and Q 64 KB. 128-key tiles in one K and one V stage
+// (kSplitTurns): S 64 + P 32 + O 128 registers, Q 64 + K 64 + V 64 KB and a staging tile of half
+// the head dim per warpgroup, 225 KB (sm90a v60). Below kFwdSm90ClusterMinKeys keys they ran
+// 1.04-1.08x the 80-key tiles in two stages (FwdPairTileSm90<256>) without a mask and 1.01-1.03x
+// causal: those read Q from shared memory once per 80 keys and compute 560 key columns per row at
+// 512 keys. In clusters of two, from 2k keys, they lost 1.5-3.6% (unmasked, causal from 4k).
 template <> struct FwdTileSm90<256> {
+  static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 1;
+  static constexpr bool kRescaleInTurn = false;
+  static constexpr bool kTreeReduce = true;
+  static constexpr int kMaxSlack = 8;
+  static constexpr bool kSkipKeyTiles = false;  // 128-key tiles: as d 64 (with it 0.99-1.01x, v60)
+  static constexpr bool kClusterPairs = true;
+  static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSplitTurns = true;
+  static constexpr int kOStagingCols = 128;
+};
+
+// The clusters of two (kClusterPairs) take the table's tile, but at d 256 80-key tiles in two
+// stages (as FlashAttention-3; 1.03-1.09x the 64-key tiles from 2k keys, sm90a v5): S 40 + P 20 +
+// O 128 registers, 224 KB (the output staged in the last K / V stages). The one-stage 128-key
+// tile's loads wait for both CTAs' consumers: 0.96-0.98x from 4k keys (sm90a v60).
+template <int kHeadDim>
+struct FwdPairTileSm90 : FwdTileSm90<kHeadDim> {};
+template <> struct FwdPairTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 80, kStages = 2;
   static constexpr bool kRescaleInTurn = false;
   static constexpr bool kTreeReduce = true;
   static constexpr int kMaxSlack = 8;
   static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
-  static constexpr bool kClusterPairs = true;
   static constexpr bool kSoftmaxOverlapsO = true;
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 256;
 };
 
 // The wide sm90a forward tile: three consumer warpgroups (192 query rows) that issue their
@@ -216,6 +251,8 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr int kMaxSlack = 0;
   static constexpr bool kSkipKeyTiles = true;
   static constexpr bool kSoftmaxOverlapsO = false;  // 0.93-0.96x below 16k keys (v43)
+  static constexpr bool kSplitTurns = false;
+  static constexpr int kOStagingCols = 64;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
 // The clusters of two (kClusterPairs) from this many keys. The two CTAs wait for each other at
