@@ -193,10 +193,10 @@ template <> struct FwdTileSm90<192> {
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB. 128-key tiles in one K and one V stage
 // (kSplitTurns): S 64 + P 32 + O 128 registers, Q 64 + K 64 + V 64 KB and a staging tile of half
-// the head dim per warpgroup, 225 KB (sm90a v60). Below kFwdSm90ClusterMinKeys keys they ran
-// 1.04-1.08x the 80-key tiles in two stages (FwdPairTileSm90<256>) without a mask and 1.01-1.03x
-// causal: those read Q from shared memory once per 80 keys and compute 560 key columns per row at
-// 512 keys. In clusters of two, from 2k keys, they lost 1.5-3.6% (unmasked, causal from 4k).
+// the head dim per warpgroup, 225 KB (sm90a v60). Below kFwdSm90ClusterMinKeys keys, where single
+// CTAs serve, they ran 1.06-1.08x the 80-key tiles in two stages (FwdPairTileSm90<256>) at 512 keys
+// without a mask and 1.03-1.05x causal, 1.00-1.04x at 1k (two calls): those read Q from shared
+// memory once per 80 keys and compute 560 key columns per row at 512 keys.
 template <> struct FwdTileSm90<256> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 1;
   static constexpr bool kRescaleInTurn = false;
@@ -211,8 +211,9 @@ template <> struct FwdTileSm90<256> {
 
 // The clusters of two (kClusterPairs) take the table's tile, but at d 256 80-key tiles in two
 // stages (as FlashAttention-3; 1.03-1.09x the 64-key tiles from 2k keys, sm90a v5): S 40 + P 20 +
-// O 128 registers, 224 KB (the output staged in the last K / V stages). The one-stage 128-key
-// tile's loads wait for both CTAs' consumers: 0.96-0.98x from 4k keys (sm90a v60).
+// O 128 registers, 224 KB (the output staged in the last K / V stages). In a pair the one-stage
+// 128-key tile's loads wait for both CTAs' consumers: 0.96-1.00x from 2k keys, but 1.02x causal at
+// 2k (sm90a v60).
 template <int kHeadDim>
 struct FwdPairTileSm90 : FwdTileSm90<kHeadDim> {};
 template <> struct FwdPairTileSm90<256> {
