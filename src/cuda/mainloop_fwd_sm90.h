@@ -83,14 +83,14 @@ struct FwdSm90 {
   // The output leaves through a staging tile per consumer warpgroup (its 64 rows x kOStagingCols
   // columns, swizzled as Q) by TMA stores of one box of 64 rows x one swizzle atom's columns each
   // (kOBoxCols). The tiles have their own buffer where shared memory holds one beside Q and the
-  // K / V stages (up to d 128; at d 256 with one K / V stage, tiles of half the head dim, filled
-  // and stored twice). Else (kStageOInKv: d 192 and d 256's pairs, two consumer warpgroups)
-  // warpgroup 0 stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the
-  // other warpgroup's last products have read them. Q goes back to the producer at the item's
-  // last S, so that the next item's Q loads under this one's last products and epilogue; the two
-  // stages go back once the stores have read them, which the leader thread waits for in the next
-  // item, after its first S product is issued (that tile is in the other stage, hence two stages
-  // at least). An item without keys has no stage: its zeros go through Q's buffer.
+  // K / V stages (up to d 128; at d 256 with one K / V stage, tiles of half the head dim, filled and
+  // stored twice). Else (kStageOInKv: d 192 and d 256's pairs, two consumer warpgroups) warpgroup 0
+  // stages its rows in the item's last K stage and warpgroup 1 in its last V stage, once the other
+  // warpgroup's last products have read them. Q goes back to the producer at the item's last S, so
+  // that the next item's Q loads under this one's last products and epilogue; the two stages go back
+  // once the stores have read them, which the leader thread waits for in the next item, after its
+  // first S product is issued (that tile is in the other stage, hence two stages at least). An item
+  // without keys has no stage: its zeros go through Q's buffer.
   static constexpr int kOBoxCols = int(cute::size<1>(AtomK{}));
   using SmemLayoutOBox = decltype(cute::tile_to_shape(AtomK{}, cute::Shape<cute::_64, cute::Int<kOBoxCols>>{}));
   // A warpgroup's staging tile: its 64 rows x kOStagingCols columns, kOStagingSlots boxes. Narrower
