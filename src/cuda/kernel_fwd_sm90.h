@@ -141,16 +141,16 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
 // One consumer warpgroup's 64 rows of a work item. Under a causal mask or a window's right edge
 // their last key may come a whole key tile before the item's (64-row warpgroups against 96- or
 // 80-key tiles at d 192 / d 256's pairs, the interleaved rows of a cluster pair, the wide tile's
-// 192 rows against 128-key tiles, or keys past the queries): in the kernel with kWarpgroupKeys the warpgroup skips the
-// item's first `skip` key tiles (the loop takes them from the last), which hold no key of its rows,
-// and masks only the tiles that its own rows do not keep whole. It always takes the item's last
-// tile (its first keys), so that its reads of Q and of the last K / V stages end there as the other
-// warpgroups' do. Without a right edge, or in the kernel without kWarpgroupKeys, the item's range:
-// the work before an item's first product is on its critical path (docs/performance.md, sm90a v24).
-// In the wide tile a warpgroup whose rows all lie past the queries (at 512 / 1k rows one or two of
-// the three in every head's last item) takes that last tile alone in every kernel (sm90a v51); not
-// in the 128-row tiles, whose kernels without kWarpgroupKeys then held the skipping code (d 64
-// causal 1k 0.965x) for rows that the usual lengths fill.
+// 192 rows against 128-key tiles, or keys past the queries): in the kernel with kWarpgroupKeys the
+// warpgroup skips the item's first `skip` key tiles (the loop takes them from the last), which hold
+// no key of its rows, and masks only the tiles that its own rows do not keep whole. It always takes
+// the item's last tile (its first keys), so that its reads of Q and of the last K / V stages end
+// there as the other warpgroups' do. Without a right edge, or in the kernel without kWarpgroupKeys,
+// the item's range: the work before an item's first product is on its critical path
+// (docs/performance.md, sm90a v24). In the wide tile a warpgroup whose rows all lie past the
+// queries (at 512 / 1k rows one or two of the three in every head's last item) takes that last tile
+// alone in every kernel (sm90a v51); not in the 128-row tiles, whose kernels without kWarpgroupKeys
+// then held the skipping code (d 64 causal 1k 0.965x) for rows that the usual lengths fill.
 struct WarpgroupKeys {
   int skip;
   KeyTiles unmasked;  // the key tiles that every row of the warpgroup keeps whole: no mask
