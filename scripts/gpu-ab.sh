@@ -7,13 +7,15 @@
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
 #                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]]
-#                     [--interleaved N] [--interleaved-rounds R] PATCH...
+#                     [--interleaved N] [--interleaved-rounds R] [--dtypes "bf16"] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
 # --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
 # variant (its build then includes the tests), so that a variant's figures come with its
 # correctness.
+# --dtypes: the dtypes built (default bf16: the benchmark times bf16; "bf16;f16" for a change whose
+# f16 tests matter).
 # --archs: the CUDA archs built (default 90a: the device is a Hopper GPU, where the sm80 kernels run
 # from the sm_90a code too, and one arch halves each variant's build).
 # --deadline: start a benchmark round only if, at the pace of the previous one, it ends within S
@@ -45,7 +47,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
-source="" interleaved=0 interleaved_rounds=5
+source="" interleaved=0 interleaved_rounds=5 dtypes="bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -61,6 +63,7 @@ while [ $# -gt 0 ]; do
     --source) source="$2"; shift 2 ;;
     --interleaved) interleaved="$2"; shift 2 ;;
     --interleaved-rounds) interleaved_rounds="$2"; shift 2 ;;
+    --dtypes) dtypes="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -101,7 +104,7 @@ for i in "${!names[@]}"; do
   cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
     -DFLASHATTN_CUDA_ARCHS="$archs" -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \
     -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
-    -DFLASHATTN_DTYPES="bf16" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
+    -DFLASHATTN_DTYPES="$dtypes" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${gtest_flags[@]}" > "$work/$v.configure.log" 2>&1 ||
     { tail -20 "$work/$v.configure.log"; exit 1; }
 done
 # The variants build side by side: one variant has only a few large translation units (one per
