@@ -60,6 +60,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
                                                      float (&dp)[kM][kNTiles][4],
                                                      const BwdScores& c, const FragmentOrigin& o,
                                                      Stats stats) {
+  const float cap_in = c.mod.softcap > 0.f ? c.mod.scale / c.mod.softcap : 0.f;
   int2 kept[kM][2];
   if constexpr (kMask) {
 #pragma unroll
@@ -84,8 +85,9 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
         } else {
           float capped = c.mod.scale * s[mt][nt][e];
           if (c.mod.softcap > 0.f) {
-            capped = c.mod.softcap * tanhf(capped / c.mod.softcap);
-            derivative = c.mod.capped_derivative(capped);
+            const float t = softcap_tanh(s[mt][nt][e], cap_in);  // as the forward's
+            capped = c.mod.softcap * t;
+            derivative = 1.f - t * t;  // ScoreMod::capped_derivative
           }
           const int distance = i + int(c.mod.off) - j;
           x = (capped - c.mod.alibi_slope * float(distance < 0 ? -distance : distance)) * kLog2e;
