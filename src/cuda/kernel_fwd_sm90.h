@@ -620,9 +620,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         turn_end();
         // S of tile i; O += P V of tile i - 1 may still run, reading tOrP (without
         // K::kSoftmaxOverlapsO ptxas moves the full wait below up to before the exponentials). The
-        // score modifiers' extra registers do not fit beside a live P at d 128 (20 bytes of
-        // spills): that instantiation waits for both products before its softmax.
-        warpgroup_wait<kScoreMods ? 0 : 1>();
+        // score modifiers' kernel too, since their softcap takes a few registers (sm90a v65).
+        warpgroup_wait<1>();
         softmax_tile(i);
         warpgroup_wait<0>();
         release_v(i - 1);
