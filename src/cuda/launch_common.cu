@@ -126,7 +126,10 @@ FwdParams make_fwd_params(const AttnProblem& p) {
   k.seqlen_k = int(p.seqlen_k);
   k.seqlen_new = int(p.seqlen_new);
   k.scale = p.opts.scale;
-  k.softcap = p.opts.softcap;
+  // The kernels take c log2(e) as one factor (apply_score_mods): a cap held at 2^126 keeps it
+  // finite. A larger one bends only scores past 2^114 (in float tanh(s / c) c = s while |s| / c <
+  // 2^-12), and rows with such scores put all their weight on their largest either way.
+  k.softcap = std::min(p.opts.softcap, 0x1p126f);
   k.window_left = int(p.opts.window_left);
   k.window_right = int(p.opts.window_right);
   k.alibi_slopes = p.opts.alibi_slopes.as<const float>();
