@@ -60,7 +60,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
                                                      float (&dp)[kM][kNTiles][4],
                                                      const BwdScores& c, const FragmentOrigin& o,
                                                      Stats stats) {
-  const float cap_in = c.mod.softcap > 0.f ? c.mod.scale / c.mod.softcap : 0.f;
+  const float cap_in = c.mod.softcap > 0.f ? softcap_in(c.mod.scale, c.mod.softcap) : 0.f;
   int2 kept[kM][2];
   if constexpr (kMask) {
 #pragma unroll

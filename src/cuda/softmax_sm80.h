@@ -3,6 +3,7 @@
 // tile): score modifiers, the mask, the online softmax in base 2, and dropout.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "core/math_constants.h"
@@ -73,6 +74,10 @@ struct FragmentOrigin {
 // the f16 softcap tests check it. The forward and the backward take the same `in` and instruction,
 // so that their tanh agree (their capped scores up to the rounding of the terms after it).
 __device__ __forceinline__ float softcap_tanh(float dot, float in) { return fast_tanh(dot * in); }
+// `in`, held finite: a cap under scale / FLT_MAX caps every dot product past 2^-124 whole either
+// way, and a zero one then gives 0 rather than 0 x inf. (The launcher holds the cap at 2^126 or
+// under, so that softcap x log2(e) stays finite too: launch_common.cu.)
+__device__ __forceinline__ float softcap_in(float scale, float softcap) { return fminf(scale / softcap, FLT_MAX); }
 
 // s <- softcap / ALiBi-modified scores, in log2 units (ScoreMod::score times log2(e)): one pass, its
 // softcap or scale chosen by a uniform branch outside it.
@@ -97,7 +102,7 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
         }
   };
   if (mod.softcap > 0.f) {
-    const float in = mod.scale / mod.softcap, out = mod.softcap * kLog2e;
+    const float in = softcap_in(mod.scale, mod.softcap), out = mod.softcap * kLog2e;
     each([&](float dot) { return softcap_tanh(dot, in) * out; });
   } else {
     const float scale_log2 = mod.scale * kLog2e;
