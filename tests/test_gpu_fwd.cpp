@@ -69,8 +69,12 @@ std::vector<AttnCase> forward_cases() {
   c = shape(190, 190, 128, FLASHATTN_F16);
   c.softcap = 2.f, c.softmax_scale = 1.f;
   cases.push_back(c);
-  c = shape(100, 150, 64);  // a cap past FLT_MAX / log2(e) (held at 2^126, launch_common.cu)
+  // Caps far past the scores: one past FLT_MAX / log2(e) (held at 2^126, launch_common.cu; taken as
+  // off), and one whose tanh takes arguments near 1e-27 (softcap_in, softmax_sm80.h).
+  c = shape(100, 150, 64);
   c.softcap = 3e38f;
+  cases.push_back(c);
+  c.softcap = 1e28f, c.softmax_scale = 1.f;
   cases.push_back(c);
   c = shape(190, 330, 256);  // d 256's tile: one K / V stage, two turns per tile (tile_size.h)
   c.softcap = 5.f, c.window_left = 100, c.window_right = 20;

@@ -8,8 +8,7 @@
 // accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
 // group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
 // where the tile table has kSoftmaxOverlapsO a tile's softmax runs while the previous tile's O
-// product is in flight (elsewhere ptxas waits for both products first, as the softcap / ALiBi
-// instantiation does by design). Two consumer warpgroups take turns at the tensor cores
+// product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups take turns at the tensor cores
 // (ping-pong): each issues its products only after the other has issued its own, so that one
 // warpgroup's softmax runs while the other's products occupy the tensor cores (with kSplitTurns one
 // turn for S and one for O of each tile). Under a causal mask or a window's right edge a warpgroup

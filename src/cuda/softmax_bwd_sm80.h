@@ -60,7 +60,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
                                                      float (&dp)[kM][kNTiles][4],
                                                      const BwdScores& c, const FragmentOrigin& o,
                                                      Stats stats) {
-  const float cap_in = c.mod.softcap > 0.f ? softcap_in(c.mod.scale, c.mod.softcap) : 0.f;
+  const float cap_in = softcap_in(c.mod.scale, c.mod.softcap);  // 0: no cap, as the forward's
   int2 kept[kM][2];
   if constexpr (kMask) {
 #pragma unroll
@@ -84,7 +84,7 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
           x = s[mt][nt][e] * c.scale_log2;
         } else {
           float capped = c.mod.scale * s[mt][nt][e];
-          if (c.mod.softcap > 0.f) {
+          if (cap_in > 0.f) {
             const float t = softcap_tanh(s[mt][nt][e], cap_in);  // as the forward's
             capped = c.mod.softcap * t;
             derivative = 1.f - t * t;  // ScoreMod::capped_derivative
