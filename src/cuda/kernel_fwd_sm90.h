@@ -8,21 +8,21 @@
 // accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
 // group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
 // where the tile table has kSoftmaxOverlapsO a tile's softmax runs while the previous tile's O
-// product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups take turns at the tensor cores
-// (ping-pong): each issues its products only after the other has issued its own, so that one
-// warpgroup's softmax runs while the other's products occupy the tensor cores (with kSplitTurns one
-// turn for S and one for O of each tile). Under a causal mask or a window's right edge a warpgroup
-// whose 64 rows end a key tile before the item's skips that tile (where the tile table has
-// kSkipKeyTiles). Each warpgroup writes its rows of O into a staging tile in shared memory (at d
-// 192 and in d 256's pairs the item's last K or V stage, once both warpgroups' products are done
-// with it; in d 256's single CTAs a tile of half the head dim, whose two box slots take the four
-// boxes in turn) and TMA stores take them out. Where the tile table has kClusterPairs (d 128 /
-// 256), calls without softcap or ALiBi, without a mask or with a right edge only, from
-// kFwdSm90ClusterMinKeys keys, with an even number of query tiles per head, run in clusters of two
-// CTAs that take two query tiles of a head at once, their rows interleaved so that both CTAs need
-// the same key tiles (fwd_sm90_cluster_serves, fwd_tile): each CTA's producer loads half of every
-// K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the producers once the
-// consumers of both CTAs are done with it.
+// product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups
+// take turns at the tensor cores (ping-pong): each issues its products only after the other has
+// issued its own, so that one warpgroup's softmax runs while the other's products occupy the tensor
+// cores (with kSplitTurns one turn for S and one for O of each tile). Under a causal mask or a
+// window's right edge a warpgroup whose 64 rows end a key tile before the item's skips that tile
+// (where the tile table has kSkipKeyTiles). Each warpgroup writes its rows of O into a staging tile
+// in shared memory (at d 192 and in d 256's pairs the item's last K or V stage, once both
+// warpgroups' products are done with it; in d 256's single CTAs a tile of half the head dim, whose
+// two box slots take the four boxes in turn) and TMA stores take them out. Where the tile table has
+// kClusterPairs (d 128 / 256), calls without softcap or ALiBi, without a mask or with a right edge
+// only, from kFwdSm90ClusterMinKeys keys, with an even number of query tiles per head, run in
+// clusters of two CTAs that take two query tiles of a head at once, their rows interleaved so that
+// both CTAs need the same key tiles (fwd_sm90_cluster_serves, fwd_tile): each CTA's producer loads
+// half of every K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the
+// producers once the consumers of both CTAs are done with it.
 #pragma once
 
 #include <cstdint>

@@ -76,7 +76,7 @@ struct FragmentOrigin {
 // products do.
 __device__ __forceinline__ float softcap_tanh(float dot, float in) { return fast_tanh(dot * in); }
 // `in`, or 0 where the cap is off or bends no score in float, which the kernels then take as off.
-// Under 2^-100 (a cap past 2^100 scale) tanh(dot in) = dot in to float precision for every |dot|
+// Under 2^-100 (a cap past 2^100 x scale) tanh(dot in) = dot in to float precision for every |dot|
 // under 2^88, and a subnormal `in` would cost every score its precision; from 2^-100 a product
 // dot x in falls under FLT_MIN, where the tanh may flush it, only for |dot| under 2^-26. Held at
 // FLT_MAX (a cap under scale / FLT_MAX), which caps every dot product past 2^-124 whole either way
