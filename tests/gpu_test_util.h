@@ -111,4 +111,19 @@ inline AttnCase shape(int64_t sq, int64_t sk, int64_t d, flashattn_dtype dtype =
   return c;
 }
 
+// The CUDA kernels' softcap, for the forward's and the backward's cases alike: tanh.approx in f16,
+// whose rounding of the scores is as fine as its error bound (softcap_tanh, softmax_sm80.h), with
+// scores that reach the cap; and caps far past the scores, one past FLT_MAX / log2(e) (held at
+// 2^126 and taken as off, launch_common.cu) and one whose tanh takes arguments near 1e-27
+// (softcap_factor, launch_common.cu).
+inline std::vector<AttnCase> softcap_edge_cases() {
+  AttnCase f16 = shape(190, 190, 128, FLASHATTN_F16);
+  f16.softcap = 2.f, f16.softmax_scale = 1.f;
+  AttnCase huge = shape(100, 150, 64);
+  huge.softcap = 3e38f;
+  AttnCase far = huge;
+  far.softcap = 1e28f, far.softmax_scale = 1.f;
+  return {f16, huge, far};
+}
+
 }  // namespace flashattn::testing

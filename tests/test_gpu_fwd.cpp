@@ -64,18 +64,7 @@ std::vector<AttnCase> forward_cases() {
   c = shape(190, 190, 128);
   c.softcap = 5.f;
   cases.push_back(c);
-  // The kernels' tanh.approx in f16, whose rounding of the scores is as fine as its error bound
-  // (softcap_tanh, softmax_sm80.h), with scores that reach the cap.
-  c = shape(190, 190, 128, FLASHATTN_F16);
-  c.softcap = 2.f, c.softmax_scale = 1.f;
-  cases.push_back(c);
-  // Caps far past the scores: one past FLT_MAX / log2(e) (held at 2^126, launch_common.cu; taken as
-  // off), and one whose tanh takes arguments near 1e-27 (softcap_in, softmax_sm80.h).
-  c = shape(100, 150, 64);
-  c.softcap = 3e38f;
-  cases.push_back(c);
-  c.softcap = 1e28f, c.softmax_scale = 1.f;
-  cases.push_back(c);
+  for (const AttnCase& edge : softcap_edge_cases()) cases.push_back(edge);
   c = shape(190, 330, 256);  // d 256's tile: one K / V stage, two turns per tile (tile_size.h)
   c.softcap = 5.f, c.window_left = 100, c.window_right = 20;
   cases.push_back(c);

@@ -37,6 +37,7 @@ struct FwdParams {
   float scale;    // softmax scale
   float softcap;  // 0: off
   int window_left, window_right;  // -1: unbounded
+  float softcap_in;  // scale / softcap for softcap_tanh (softmax_sm80.h); 0: no cap (softcap_factor)
   const float* alibi_slopes;      // nullptr: off
   int64_t alibi_batch_stride;     // 0 when the slopes are per head only
 

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dkdv_kernel_sm80(const __g
     const float slope = kScoreMods && p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.f;
     BwdScores scores{bounds, !kScoreMods || (p.softcap == 0.f && slope == 0.f), p.scale * kLog2e,
                      make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),
-                     p.dropout_scale};
+                     p.dropout_scale, p.softcap_in};
     scores.mod.alibi_slope = slope;
 
     float st[kM][Gemm::kNTiles][4], dpt[kM][Gemm::kNTiles][4];

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_dq_kernel_sm80(const __gri
                       p.window_left, p.window_right},
       !kScoreMods || (p.softcap == 0.f && slope == 0.f), p.scale * kLog2e,
       make_dropout_rng(p.dropout_seed, p.dropout_offset, p.dropout_threshold, b, p.heads_q, h),
-      p.dropout_scale};
+      p.dropout_scale, p.softcap_in};
   const ScoreMod<float>& mod = scores.mod;
   const KeyTiles keys = key_tiles(mod, m_start, m_start + m_rows - 1, K::kBlockN);
   const int n_block_min = keys.min, n_block_max = keys.max;

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
 
     if (!warp_has_rows) continue;
     origin.col0 = n_block * K::kBlockN;
-    if (!plain_scores) apply_score_mods(s, mod, origin);
+    if (!plain_scores) apply_score_mods(s, mod, p.softcap_in, origin);
     if (n_block < unmasked.min || n_block >= unmasked.max) apply_mask(s, mod, origin);
     uint32_t p16[kM][K::kNTiles][2];  // P in 16 bits, with K::kRoundPEarly (tile_size.h)
     // The slack only without score modifiers: their instantiation's spills grew with it (not timed).

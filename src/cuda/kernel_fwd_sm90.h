@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if constexpr (!K::kSoftmaxOverlapsO) release_read_stages();
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
-      if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), origin);
+      if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), p.softcap_in, origin);
       if (n_block < own.unmasked.min || n_block >= own.unmasked.max) {
         apply_mask</*kRelativeRange=*/true, kLeftEdge>(s, score_mod(p, w.slope), origin);
       }

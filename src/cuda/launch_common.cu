@@ -3,6 +3,7 @@
 #include "cuda/launch_common.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 
 #include "core/error.h"
@@ -47,6 +48,19 @@ void check_aligned(const View& t, const char* name) {
 void check_int32(int64_t value, const char* what) {
   FA_CHECK_SUPPORTED(value <= INT32_MAX, what, ": the CUDA kernels take at most ", INT32_MAX,
                      ", got ", value);
+}
+
+// The kernels' softcap factor scale / softcap (softcap_tanh, softmax_sm80.h), once per call, or 0
+// where the cap is off or bends no score in float, which the kernels then take as off. Under 2^-100
+// (a cap past 2^100 x scale) tanh(dot in) = dot in to float precision for every |dot| under 2^88,
+// and a subnormal factor would cost every score its precision; from 2^-100 a product dot x in falls
+// under FLT_MIN, where the tanh may flush it, only for |dot| under 2^-26. Held at FLT_MAX (a cap
+// under scale / FLT_MAX), which caps every dot product past 2^-124 whole either way and takes a
+// zero one to 0 rather than 0 x inf.
+float softcap_factor(float scale, float softcap) {
+  if (softcap <= 0.f) return 0.f;
+  const float in = scale / softcap;
+  return in >= 0x1p-100f ? std::min(in, FLT_MAX) : 0.f;
 }
 
 void check_attention_supported(const AttnProblem& p, bool backward) {
@@ -130,6 +144,7 @@ FwdParams make_fwd_params(const AttnProblem& p) {
   // finite. A larger one bends only scores past 2^114 (in float tanh(s / c) c = s while |s| / c <
   // 2^-12), and rows with such scores put all their weight on their largest either way.
   k.softcap = std::min(p.opts.softcap, 0x1p126f);
+  k.softcap_in = softcap_factor(k.scale, k.softcap);
   k.window_left = int(p.opts.window_left);
   k.window_right = int(p.opts.window_right);
   k.alibi_slopes = p.opts.alibi_slopes.as<const float>();

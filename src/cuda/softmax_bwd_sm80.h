@@ -22,6 +22,7 @@ struct BwdScores {
   float scale_log2;    // scale * log2(e)
   DropoutRng rng;      // rng.threshold == 0: no dropout
   float keep_scale;    // 1 / (1 - p)
+  float cap_in;        // FwdParams::softcap_in: 0 without a cap
 };
 
 // Dropout factor Z of (i, j): 1 / (1 - p) when kept, else 0.
@@ -60,7 +61,6 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
                                                      float (&dp)[kM][kNTiles][4],
                                                      const BwdScores& c, const FragmentOrigin& o,
                                                      Stats stats) {
-  const float cap_in = softcap_in(c.mod.scale, c.mod.softcap);  // 0: no cap, as the forward's
   int2 kept[kM][2];
   if constexpr (kMask) {
 #pragma unroll
@@ -84,8 +84,8 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[kM][kNTiles][4],
           x = s[mt][nt][e] * c.scale_log2;
         } else {
           float capped = c.mod.scale * s[mt][nt][e];
-          if (cap_in > 0.f) {
-            const float t = softcap_tanh(s[mt][nt][e], cap_in);  // as the forward's
+          if (c.cap_in > 0.f) {
+            const float t = softcap_tanh(s[mt][nt][e], c.cap_in);  // as the forward's
             capped = c.mod.softcap * t;
             derivative = 1.f - t * t;  // ScoreMod::capped_derivative
           }

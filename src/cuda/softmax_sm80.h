@@ -67,31 +67,20 @@ struct FragmentOrigin {
 };
 
 // The kernels' softcap, tanh(scale * dot / softcap) of ScoreMod::score, with `in` = scale / softcap
-// taken once per call (softcap_in) and fast_tanh. tanhf and a division per score held softcap at d
-// 256 to 40% of the plain kernel's rate (sm90a v62). A capped score s is then off by at most
-// |s| 2^-11 by the PTX ISA's bound, where the low-precision reference rounds s to 16 bits (the
+// taken once per call (FwdParams::softcap_in) and fast_tanh. tanhf and a division per score held
+// softcap at d 256 to 40% of the plain kernel's rate (sm90a v62). A capped score s is then off by at
+// most |s| 2^-11 by the PTX ISA's bound, where the low-precision reference rounds s to 16 bits (the
 // correctness rule, docs/semantics.md): 2^-8 |s| in bf16, 2^-11 |s| in f16; measured, the
 // instruction's error is 1.1e-5 at most (fast_tanh), and the f16 softcap tests check it. The forward
 // and the backward take the same `in` and instruction, so that their tanh agree where their dot
 // products do.
 __device__ __forceinline__ float softcap_tanh(float dot, float in) { return fast_tanh(dot * in); }
-// `in`, or 0 where the cap is off or bends no score in float, which the kernels then take as off.
-// Under 2^-100 (a cap past 2^100 x scale) tanh(dot in) = dot in to float precision for every |dot|
-// under 2^88, and a subnormal `in` would cost every score its precision; from 2^-100 a product
-// dot x in falls under FLT_MIN, where the tanh may flush it, only for |dot| under 2^-26. Held at
-// FLT_MAX (a cap under scale / FLT_MAX), which caps every dot product past 2^-124 whole either way
-// and takes a zero one to 0 rather than 0 x inf. (The launcher holds the cap at 2^126 or under, so
-// that softcap x log2(e) stays finite too: launch_common.cu.)
-__device__ __forceinline__ float softcap_in(float scale, float softcap) {
-  const float in = scale / softcap;
-  return softcap > 0.f && in >= 0x1p-100f ? fminf(in, FLT_MAX) : 0.f;
-}
 
 // s <- softcap / ALiBi-modified scores, in log2 units (ScoreMod::score times log2(e)): one pass, its
-// softcap or scale chosen by a uniform branch outside it.
+// softcap or scale chosen by a uniform branch outside it. cap_in: FwdParams::softcap_in.
 template <int kM, int kNTiles, class Index>
 __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], const ScoreMod<float, Index>& mod,
-                                                 const FragmentOrigin& o) {
+                                                 float cap_in, const FragmentOrigin& o) {
   // Held finite, so that the diagonal's distance 0 gives 0, not inf x 0 (a slope past FLT_MAX /
   // log2(e) caps every other score at -FLT_MAX x distance instead of -inf: the same weights).
   const float slope_log2 = fmaxf(fminf(mod.alibi_slope * kLog2e, FLT_MAX), -FLT_MAX);
@@ -111,9 +100,9 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kM][kNTiles][4], con
           s[mt][nt][e] = x;
         }
   };
-  if (const float in = softcap_in(mod.scale, mod.softcap); in > 0.f) {
+  if (cap_in > 0.f) {
     const float out = mod.softcap * kLog2e;
-    each([&](float dot) { return softcap_tanh(dot, in) * out; });
+    each([&](float dot) { return softcap_tanh(dot, cap_in) * out; });
   } else {
     const float scale_log2 = mod.scale * kLog2e;
     each([&](float dot) { return dot * scale_log2; });
