@@ -1076,6 +1076,8 @@ std::vector<SharedCase> options_cases() {
       {"scale_inf", [](C& c) { c.opts().softmax_scale = kInf; }, "opts.softmax_scale", "got inf"},
       {"scale_negative", [](C& c) { c.opts().softmax_scale = -1.f; }, "opts.softmax_scale",
        "expected a finite value >= 0 (0 = 1/sqrt(d)), got -1"},
+      {"scale_overflows_base_2", [](C& c) { c.opts().softmax_scale = 3e38f; }, "opts.softmax_scale",
+       "expected at most FLT_MAX / log2(e) = 2.35866e+38, got 3e+38"},
       {"window_left_below_minus_1", [](C& c) { c.opts().window_left = -2; }, "opts.window_left",
        "expected >= -1 (-1 = unbounded), got -2"},
       {"window_right_below_minus_1", [](C& c) { c.opts().window_right = -5; },

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/math_constants.h"
 
 namespace flashattn {
 namespace {
@@ -374,6 +376,11 @@ ResolvedOptions resolve_options(const flashattn_attn_options& o, const AttnProbl
   FA_CHECK_ARG(std::isfinite(o.softmax_scale) && o.softmax_scale >= 0.f,
                "opts.softmax_scale: expected a finite value >= 0 (0 = 1/sqrt(d)), got ",
                o.softmax_scale);
+  // Every backend takes the softmax in base 2, with scale x log2(e) as one float factor: past
+  // FLT_MAX / log2(e) it is inf, and every row's max minus itself NaN.
+  FA_CHECK_ARG(double(o.softmax_scale) * double(kLog2e) <= double(std::numeric_limits<float>::max()),
+               "opts.softmax_scale: expected at most FLT_MAX / log2(e) = ",
+               double(std::numeric_limits<float>::max()) / double(kLog2e), ", got ", o.softmax_scale);
   FA_CHECK_ARG(o.window_left >= -1, "opts.window_left: expected >= -1 (-1 = unbounded), got ",
                o.window_left);
   FA_CHECK_ARG(o.window_right >= -1, "opts.window_right: expected >= -1 (-1 = unbounded), got ",
