@@ -479,6 +479,41 @@ TEST(GpuForwardClusters, FirstCallUnderGraphCapture) {
   EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0);
 }
 
+// A caller's workspace of any content: the sm90a kernel's work-item counter lives there and the
+// kernel zeroes it itself. Filled with 0xff bytes the counter names no item (a CTA that read it
+// before the reset would stop), with zeros or a small count it names items (run twice if read
+// before the reset); the result is the call's without a workspace, bit for bit. More work items
+// than SMs (the counter hands out the rest): single CTAs (d 64 causal) and pairs (d 128, 2k keys).
+TEST(GpuForwardWorkspace, CounterOfAnyContent) {
+  SKIP_WITHOUT_GPU();
+  AttnCase causal = shape(1000, 1000, 64), pairs = shape(2048, 2048, 128);
+  causal.causal = true, causal.batch = 4, causal.heads_q = 16, causal.heads_kv = 4;
+  pairs.batch = 2, pairs.heads_q = 8, pairs.heads_kv = 8;
+  for (AttnCase c : {causal, pairs}) {
+    c.num_splits = 1;
+    SKIP_WITHOUT_KERNEL(c, /*backward=*/false);
+    AttnData plain = make_attn_data(c);
+    run_fwd(plain, FLASHATTN_BACKEND_CUDA);
+    for (const int fill : {0xff, 0x00, 0x01}) {
+      AttnData data = make_attn_data(c);
+      DeviceMirror mirror(data);
+      flashattn_fwd_params p = data.fwd_params(FLASHATTN_BACKEND_CUDA);
+      mirror.translate(&p);
+      size_t bytes = 0;
+      ASSERT_EQ(flashattn_fwd_workspace_size(&p, &bytes), FLASHATTN_SUCCESS) << flashattn_last_error();
+      void* workspace = nullptr;
+      ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(workspace, fill, bytes), cudaSuccess);
+      p.exec.workspace = workspace, p.exec.workspace_size = bytes;
+      EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
+      mirror.download();
+      cudaFree(workspace);
+      EXPECT_EQ(max_abs_diff(data.out, plain.out), 0.0) << "d " << c.d << ", fill " << fill;
+      EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0) << "d " << c.d << ", fill " << fill;
+    }
+  }
+}
+
 // A dim of length 1 is never stepped over, so its stride may be anything: negative, or beyond
 // what a TMA tensor map encodes (2^40 bytes). The result must not change, bit for bit.
 TEST_F(GpuForwardApi, AnyStrideOnLengthOneDims) {

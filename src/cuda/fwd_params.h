@@ -68,8 +68,8 @@ struct FwdParams {
   float* lse_accum;  // [num_splits, heads (of the grid), accum_rows]
   int64_t accum_rows;  // batch * seqlen_q
 
-  // sm90a persistent scheduler: work items handed out past each CTA's first (workspace, zeroed
-  // before each launch).
+  // sm90a persistent scheduler: work items handed out past each CTA's first (workspace; the
+  // kernel zeroes it as it starts, produce_fwd_sm90).
   int* tile_counter;
 
   uint32_t dropout_threshold;  // 0: no dropout

@@ -208,6 +208,15 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
   int t = blockIdx.x / kCluster;
+  // The counter's values past the CTAs' first items: CTA 0 zeroes it as it starts, in place of a
+  // memset launched before each call. A CTA that fetches before that reset reads what the
+  // workspace held: a value that names no item past the first ones ends its loop (items are left
+  // to the CTAs that fetch after the reset, CTA 0 among them), one that names an item has it run
+  // twice with the same result. The CTAs of a persistent launch start together and fetch only after
+  // their first item, so in practice every fetch follows the reset.
+  if (blockIdx.x == 0) atomicExch(p.tile_counter, 0);
+  const unsigned first_fetched = gridDim.x / kCluster;
+  const unsigned fetched_items = unsigned(max(num_tiles - int(first_fetched), 0));
   for (int item = 0;; ++item) {
     const int slot = item % 2;
     if constexpr (kCluster > 1) {
@@ -285,7 +294,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
       copy(tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
     }
-    if (rank == 0) t = int(gridDim.x) / kCluster + atomicAdd(p.tile_counter, 1);
+    if (rank == 0) {
+      const unsigned fetched = atomicAdd(reinterpret_cast<unsigned*>(p.tile_counter), 1u);
+      t = fetched < fetched_items ? int(first_fetched + fetched) : num_tiles;
+    }
   }
 }
 

@@ -183,8 +183,6 @@ void fwd(const AttnProblem& p) {
   if (plan.sm90) {
     params.tile_counter = reinterpret_cast<int*>(static_cast<char*>(workspace.data()) + plan.out_accum_bytes +
                                                  plan.lse_accum_bytes);
-    const cudaError_t err = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
-    if (err != cudaSuccess) fail(FLASHATTN_CUDA_ERROR, "forward: clearing the work-item counter: ", cudaGetErrorString(err));
     // A build without the sm90a kernels (FLASHATTN_CUDA_ARCHS) leaves every call to the sm80 ones.
     if (launch_fwd_sm90(head_dim, p.q.dtype, params, stream)) return;
   }

@@ -1,6 +1,6 @@
 // Launcher of the sm90a forward kernel for one (head dim, dtype): builds the TMA descriptors of
 // q, k, v (v as V^T: head dim x keys) and out, and launches one persistent CTA per SM (or clusters
-// of two); the caller has zeroed p.tile_counter.
+// of two); p.tile_counter points at the workspace's counter, which the kernel zeroes itself.
 // The generated instantiation files include this header and instantiate run_fwd_sm90 once each;
 // launch_fwd.cu decides when this path serves a call (sm90_serves).
 #pragma once
