@@ -46,6 +46,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sms", type=int, default=132)
     parser.add_argument("--overhead", type=float, default=0.6, help="an item's fixed cost, in key tiles")
+    parser.add_argument("--tail-waves", type=float, default=1, help="the tail's heads: this many waves of items")
     args = parser.parse_args()
     print("| d | seqlen | fwd_tile's order / ideal | with the tail / ideal | gain |")
     print("|---|---|---|---|---|")
@@ -59,7 +60,7 @@ def main():
             length = [math.ceil(min(seqlen, (m + 1) * rows) / block_n) * weight for m in range(num_m)]
             ideal = sum(length[m] + args.overhead for m in range(num_m)) * heads / workers
             plain = span([length[m] for m in order(heads, num_m, 0)], workers, args.overhead)
-            tail_heads = min(heads, math.ceil(workers / num_m))
+            tail_heads = min(heads, math.ceil(args.tail_waves * workers / num_m))
             tail = span([length[m] for m in order(heads, num_m, tail_heads)], workers, args.overhead)
             print(f"| {d} | {seqlen} | {plain / ideal:.3f} | {tail / ideal:.3f} | {plain / tail:.3f} |")
 
