@@ -136,6 +136,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     parser.add_argument("--dims", default="64,128,256")
+    parser.add_argument("--masks", default="0,1", help="the causal flags timed: 0 (none), 1 (causal) or both")
     parser.add_argument("--bwd", action="store_true", help="the backward too")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=10)
@@ -179,7 +180,7 @@ def main():
           f"{'x cudnn':>7} {'% gemm':>6}{extra_header}", flush=True)
     directions = ["fwd", "bwd"] if args.bwd else ["fwd"]
     for direction in directions:
-        for causal in (False, True):
+        for causal in [mask == "1" for mask in args.masks.split(",")]:
             for d in map(int, args.dims.split(",")):
                 for seqlen in map(int, args.seqlens.split(",")):
                     batch, heads = max(1, args.tokens // seqlen), 2048 // d

@@ -7,7 +7,7 @@
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
 #                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]]
-#                     [--interleaved N] [--interleaved-rounds R] [--dtypes "bf16"] PATCH...
+#                     [--interleaved N] [--interleaved-rounds R] [--masks "0,1"] [--dtypes "bf16"] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
@@ -39,6 +39,8 @@
 # $OUT/interleaved-<n>.txt. Outside --deadline's count: about 3 s per point and variant per process.
 # With no patch, A alone (--rounds 0 --interleaved N: the working tree's grid beside FA2 and cuDNN in
 # N processes, each point's A x cuDNN per process and their mean, built for --dims only).
+# --masks: the causal flags the interleaved processes time ("1": the causal points alone, for a change
+# that leaves unmasked calls alone).
 # --interleaved-rounds: bench_interleaved.py's rounds per point (default 5, each library's time the
 # median of them; a null patch spread 2-3% per process with 5, sm90a v46 / v47).
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
@@ -47,7 +49,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
-source="" interleaved=0 interleaved_rounds=5 dtypes="bf16"
+source="" interleaved=0 interleaved_rounds=5 dtypes="bf16" masks="0,1"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -63,6 +65,7 @@ while [ $# -gt 0 ]; do
     --source) source="$2"; shift 2 ;;
     --interleaved) interleaved="$2"; shift 2 ;;
     --interleaved-rounds) interleaved_rounds="$2"; shift 2 ;;
+    --masks) masks="$2"; shift 2 ;;
     --dtypes) dtypes="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
@@ -194,7 +197,7 @@ if [ "$interleaved" -gt 0 ]; then
   [ $dir = bwd ] && bwd_flag=(--bwd)
   for n in $(seq 1 "$interleaved"); do
     timeout 300 python3 scripts/bench_interleaved.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
-      "${bwd_flag[@]}" --dims "$dims" --seqlens "$seqlens" --rounds "$interleaved_rounds" \
+      "${bwd_flag[@]}" --dims "$dims" --seqlens "$seqlens" --masks "$masks" --rounds "$interleaved_rounds" \
       > "$out/interleaved-$n.txt" 2> "$work/interleaved-$n.err" ||
       tail -3 "$work/interleaved-$n.err"
   done
