@@ -94,7 +94,8 @@ __device__ __forceinline__ ScoreMod<float, int> score_mod(const FwdParams& p, fl
 
 // Work item t of the persistent schedule: the query tiles of one (sequence, head) from the last to
 // the first (under a causal mask the longest first), then the next head, then the next sequence.
-// CTAs that run at the same time share a head's K and V, which then come from L2. In clusters of
+// CTAs that run at the same time share a head's K and V, which then come from L2 (schedule_item
+// reorders the last of them). In clusters of
 // two (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the two CTAs
 // interleave by 64: CTA rank r's warpgroup wg takes rows m_start + wg * wg_stride, 64 of them, with
 // m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles (the
@@ -135,6 +136,20 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
   w.keys = key_tiles(mod, first, min(first + item_rows, p.seqlen_q) - 1, K::kBlockN);
   w.unmasked = unmasked_key_tiles(mod, first, first + item_rows - 1, K::kBlockN);
   return w;
+}
+
+// The work item at position t of the schedule. From p.tail_start on, the items of the last
+// p.tail_heads (sequence, head)s (about one wave of the CTAs' items, launch_fwd_sm90.h) come longest
+// first across those heads: every head's last query tile, then every head's second last, and so on.
+// In the order of fwd_tile a head's longest items would start as late as its shortest, and under a
+// mask, where items differ in length, the CTAs that drew them would run on after the others had
+// finished (a model of the standard grid put that at 3-13% of a causal call: docs/performance.md,
+// sm90a v68). About as many heads run at once as in the order before, so their K and V still fit
+// in L2.
+__device__ __forceinline__ int schedule_item(const FwdParams& p, int t, int num_m) {
+  if (t < p.tail_start) return t;
+  const int at = t - p.tail_start, rank = at / p.tail_heads, head = at - rank * p.tail_heads;
+  return p.tail_start + head * num_m + rank;
 }
 
 // One consumer warpgroup's 64 rows of a work item. Under a causal mask or a window's right edge
@@ -207,7 +222,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
-  int t = blockIdx.x / kCluster;
+  int t = schedule_item(p, blockIdx.x / kCluster, num_m);  // rank 1's comes from rank 0's hand-out
   // The counter's values past the CTAs' first items: CTA 0 zeroes it as it starts, in place of a
   // memset launched before each call. A CTA that fetches before that reset reads what the
   // workspace held: a value that names no item past the first ones ends its loop (items are left
@@ -296,7 +311,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     }
     if (rank == 0) {
       const unsigned fetched = atomicAdd(reinterpret_cast<unsigned*>(p.tile_counter), 1u);
-      t = fetched < fetched_items ? int(first_fetched + fetched) : num_tiles;
+      t = fetched < fetched_items ? schedule_item(p, int(first_fetched + fetched), num_m) : num_tiles;
     }
   }
 }

@@ -59,6 +59,26 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
   FwdParams clamped = p;
   clamped.window_left = std::min(p.window_left, p.seqlen_k);  // -1 (unbounded) stays
   clamped.window_right = std::min(p.window_right, p.seqlen_q);
+  // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
+  // work items are fewer; in clusters of two, as many clusters as the GPU runs at once, an item a
+  // pair of query tiles (kernel_fwd_sm90.h, fwd_tile).
+  const int num_m = fwd_items_per_head<K>(p.seqlen_q);
+  const int64_t heads = int64_t(p.heads_q) * p.batch, items = num_m * heads;
+  if (items == 0) return;
+  FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
+  const int64_t workers = std::min<int64_t>(items, [] {
+    if constexpr (K::kCluster > 1) {
+      return active_clusters<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, K::kCluster>(
+          K::kThreads, K::kSmemBytes, "sm90 forward kernel");
+    } else {
+      return device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
+    }
+  }());
+  // Under a mask, where items differ in length, the last wave's worth of items (whole heads) comes
+  // longest first across its heads (schedule_item); without one every item is as long.
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;
+  clamped.tail_heads = masked ? int(std::min(heads, (workers + num_m - 1) / num_m)) : 0;
+  clamped.tail_start = int((heads - clamped.tail_heads) * num_m);
   FwdSm90Args<K> args{
       clamped,
       make_tma_copy(SM90_TMA_LOAD{},
@@ -78,20 +98,12 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
                                  Int<K::kCluster>{})
                  : typename K::TmaVOneBox{},
   };
-  // Persistent: one CTA per SM (the tile's shared memory admits no second), or fewer when the
-  // work items are fewer; in clusters of two, as many clusters as the GPU runs at once, an item a
-  // pair of query tiles (kernel_fwd_sm90.h, fwd_tile).
-  const int64_t items = int64_t(fwd_items_per_head<K>(p.seqlen_q)) * p.heads_q * p.batch;
-  if (items == 0) return;
-  FA_CHECK_SUPPORTED(items < (int64_t(1) << 31) - 1024, "sm90 forward: too many query tiles: ", items);
   if constexpr (K::kCluster > 1) {
     launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, K::kCluster>(
-        items, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
+        workers, K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   } else {
-    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
-    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>,
-                        dim3(unsigned(std::min<int64_t>(items, sms))), K::kThreads, K::kSmemBytes, args, stream,
-                        "sm90 forward kernel");
+    launch_tiled_kernel(fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, dim3(unsigned(workers)),
+                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");
   }
 }
 
