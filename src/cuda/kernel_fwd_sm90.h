@@ -1,6 +1,6 @@
 // The sm90a forward kernel: persistent CTAs with warp specialization. Warpgroup 0 produces: one
-// thread takes work items (a query tile of one head and sequence) from a global counter (CTAs in
-// clusters step through them gridDim.x apart instead) and, for each, loads Q once and its K / V
+// thread takes work items (a query tile of one head and sequence) from a global counter (in
+// clusters of two, rank 0's takes them for both CTAs) and, for each, loads Q once and its K / V
 // tiles into a kStages-deep ring by TMA, every buffer guarded by a "full" mbarrier (the copy's
 // bytes landed) and an "empty" one (every consumer warpgroup is done with it), so that the next
 // item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
@@ -92,15 +92,15 @@ __device__ __forceinline__ ScoreMod<float, int> score_mod(const FwdParams& p, fl
                               p.window_right};
 }
 
-// Work item t of the persistent schedule: the query tiles of one (sequence, head) from the last to
-// the first (under a causal mask the longest first), then the next head, then the next sequence.
-// CTAs that run at the same time share a head's K and V, which then come from L2 (schedule_item
-// reorders the last of them). In clusters of
-// two (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the two CTAs
+// Work item t: the items of one (sequence, head) are its query tiles from the last to the first
+// (under a causal mask the longest first), then come the next head's, then the next sequence's. The
+// schedule takes them in this order (schedule_item reorders its last heads' items), so CTAs that
+// run at the same time share a head's K and V, which then come from L2. In clusters of two
+// (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the two CTAs
 // interleave by 64: CTA rank r's warpgroup wg takes rows m_start + wg * wg_stride, 64 of them, with
-// m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles (the
-// pair's) even under a causal mask, and do the same work: a warpgroup whose rows end a key tile
-// before the pair's skips it (kWarpgroupKeys).
+// m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles (the pair's)
+// even under a causal mask, and do the same work: a warpgroup whose rows end a key tile before the
+// pair's skips it (kWarpgroupKeys).
 struct FwdTile {
   int h, b, m_start, wg_stride;
   float slope;  // ALiBi, 0 when off
@@ -141,11 +141,12 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
 // The work item at position t of the schedule. From p.tail_start on, the items of the last
 // p.tail_heads (sequence, head)s (about one wave of the CTAs' items, launch_fwd_sm90.h) come longest
 // first across those heads: every head's last query tile, then every head's second last, and so on.
-// In the order of fwd_tile a head's longest items would start as late as its shortest, and under a
-// mask, where items differ in length, the CTAs that drew them would run on after the others had
-// finished (a model of the standard grid put that at 3-13% of a causal call: docs/performance.md,
-// sm90a v68). About as many heads run at once as in the order before, so their K and V still fit
-// in L2.
+// In fwd_tile's order under a right edge (causal), where a head's last query tile is its longest
+// item, the last heads' longest items would start among the last of the call and run on after the
+// other CTAs had finished: a model of the standard grid puts causal calls at 1.03-1.13x the ideal
+// span, and this order recovers most of it (docs/performance.md, sm90a v68). Within the tail about
+// as many heads run at once as before it (about twice as many where it starts), and each tail
+// head's K and V stay in use for the whole tail.
 __device__ __forceinline__ int schedule_item(const FwdParams& p, int t, int num_m) {
   if (t < p.tail_start) return t;
   const int at = t - p.tail_start, rank = at / p.tail_heads, head = at - rank * p.tail_heads;
@@ -182,14 +183,15 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
   return {max(0, w.keys.max - last_tile), unmasked_key_tiles(mod, row0, row0 + 63, K::kBlockN)};
 }
 
-// The producer thread: hands out the work items (its CTA's first is blockIdx.x, the others come
-// from the global counter) through a two-slot ring in shared memory, and for each loads Q once and
-// its K / V tiles into the kStages-deep ring, the ring's position running on across items. In
-// clusters of two (K::kCluster) an item is a pair of query tiles (fwd_tile): rank 0's producer takes
-// it (the cluster's index first, then the counter) and hands it to rank 1's through a second ring
-// (handoff); each writes it into its CTA's ring for its consumers, and loads its CTA's rows of Q
-// and one half of every K / V tile into both CTAs' stages. kOneBoxKv: a K / V tile (or its half)
-// in one box, the head dim as (atom columns, atoms) (K::one_box_kv, mainloop_fwd_sm90.h).
+// The producer thread: hands out the work items (the schedule's positions, schedule_item: its CTA's
+// first is position blockIdx.x, the others come from the global counter) through a two-slot ring in
+// shared memory, and for each loads Q once and its K / V tiles into the kStages-deep ring, the
+// ring's position running on across items. In clusters of two (K::kCluster) an item is a pair of
+// query tiles (fwd_tile): rank 0's producer takes it (the cluster's index first, then the counter)
+// and hands it to rank 1's through a second ring (handoff); each writes it into its CTA's ring for
+// its consumers, and loads its CTA's rows of Q and one half of every K / V tile into both CTAs'
+// stages. kOneBoxKv: a K / V tile (or its half) in one box, the head dim as (atom columns, atoms)
+// (K::one_box_kv, mainloop_fwd_sm90.h).
 template <class K, bool kOneBoxKv>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
@@ -222,7 +224,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
-  int t = schedule_item(p, blockIdx.x / kCluster, num_m);  // rank 1's comes from rank 0's hand-out
+  int t = rank == 0 ? schedule_item(p, blockIdx.x / kCluster, num_m) : 0;  // rank 1's: the hand-out
   // The counter's values past the CTAs' first items: CTA 0 zeroes it as it starts, in place of a
   // memset launched before each call. A CTA that fetches before that reset reads what the
   // workspace held: a value that names no item past the first ones ends its loop (items are left
