@@ -1,6 +1,6 @@
 // Unit tests of the internal building blocks every backend shares: f16/bf16 conversions, the
 // Philox generator and dropout keep rule, the ScoreMod mask, and the reference's exact dropout
-// mask.
+// mask; and the sm90a forward's schedule order, which is plain C++.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/philox.h"
 #include "core/score_mod.h"
+#include "cuda/schedule_fwd_sm90.h"
 
 namespace flashattn {
 namespace {
@@ -376,6 +377,43 @@ TEST(ReferenceDropout, UsesTheDocumentedKeepMask) {
   const std::vector<double> expected = dropout_forward_by_hand(data);
   for (size_t n = 0; n < expected.size(); ++n) {
     ASSERT_NEAR(data.out.get(int64_t(n)), expected[n], kTolerance) << n;
+  }
+}
+
+// The sm90a forward's schedule (schedule_fwd_sm90.h): every position takes a different item, so
+// that every item runs once; below the tail the items' own order; in the tail the query tiles
+// longest first under a causal mask (the item's tile within its head never grows from one position
+// to the next), at least one wave of the workers' items unless every head is in it; no tail
+// without a right edge alone, or with one head.
+TEST(ScheduleFwdSm90, TailIsAPermutationOfTheLastHeadsLongestFirst) {
+  for (int num_m = 1; num_m <= 40; ++num_m) {
+    for (int heads = 1; heads <= 30; ++heads) {
+      for (int workers : {1, 5, 66, 132}) {
+        const int items = num_m * heads;
+        EXPECT_EQ(cuda::fwd_tail(heads, num_m, workers, false).start, items);
+        const cuda::FwdTail tail = cuda::fwd_tail(heads, num_m, std::min(workers, items), true);
+        ASSERT_TRUE(tail.heads == 0 || (tail.heads >= 2 && tail.heads <= heads)) << tail.heads;
+        ASSERT_EQ(tail.start, (heads - tail.heads) * num_m);
+        if (tail.heads > 0 && tail.heads < heads) {
+          EXPECT_GE(tail.heads * num_m, std::min(workers, items));
+        }
+        std::vector<int> taken(items, 0);
+        int previous_tile = num_m;
+        for (int t = 0; t < items; ++t) {
+          const int item = cuda::schedule_item(t, tail, num_m);
+          ASSERT_TRUE(item >= 0 && item < items) << "num_m " << num_m << " heads " << heads << " t " << t;
+          ++taken[item];
+          if (t < tail.start) {
+            EXPECT_EQ(item, t);
+          } else {
+            const int tile = num_m - 1 - item % num_m;  // fwd_tile's query tile: the last first
+            EXPECT_LE(tile, previous_tile) << "num_m " << num_m << " heads " << heads << " t " << t;
+            previous_tile = tile;
+          }
+        }
+        for (int item = 0; item < items; ++item) ASSERT_EQ(taken[item], 1) << item;
+      }
+    }
   }
 }
 

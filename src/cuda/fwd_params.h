@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/schedule_fwd_sm90.h"
+
 namespace flashattn::cuda {
 
 struct FwdParams {
@@ -71,10 +73,8 @@ struct FwdParams {
   // sm90a persistent scheduler: work items handed out past each CTA's first (workspace; the
   // kernel zeroes it as it starts, produce_fwd_sm90).
   int* tile_counter;
-  // The schedule's positions from tail_start on take the items of the last tail_heads (sequence,
-  // head)s longest first across those heads (kernel_fwd_sm90.h, schedule_item); tail_start =
-  // the item count: off.
-  int tail_start, tail_heads;
+  // The schedule's tail (schedule_fwd_sm90.h).
+  FwdTail tail;
 
   uint32_t dropout_threshold;  // 0: no dropout
   float dropout_scale;         // 1 / (1 - p)

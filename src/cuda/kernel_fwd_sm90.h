@@ -33,6 +33,7 @@
 #include "core/score_mod.h"
 #include "cuda/fwd_params.h"
 #include "cuda/mainloop_fwd_sm90.h"
+#include "cuda/schedule_fwd_sm90.h"
 #include "cuda/softmax_sm80.h"
 
 namespace flashattn::cuda {
@@ -94,13 +95,13 @@ __device__ __forceinline__ ScoreMod<float, int> score_mod(const FwdParams& p, fl
 
 // Work item t: the items of one (sequence, head) are its query tiles from the last to the first
 // (under a causal mask the longest first), then come the next head's, then the next sequence's. The
-// schedule takes them in this order (schedule_item reorders its last heads' items), so CTAs that
-// run at the same time share a head's K and V, which then come from L2. In clusters of two
-// (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the two CTAs
-// interleave by 64: CTA rank r's warpgroup wg takes rows m_start + wg * wg_stride, 64 of them, with
-// m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles (the pair's)
-// even under a causal mask, and do the same work: a warpgroup whose rows end a key tile before the
-// pair's skips it (kWarpgroupKeys).
+// schedule takes them in this order (schedule_item, schedule_fwd_sm90.h, reorders its last heads'
+// items), so CTAs that run at the same time share a head's K and V, which then come from L2. In
+// clusters of two (K::kCluster) an item is a pair of query tiles, 2 * kBlockM rows, whose rows the
+// two CTAs interleave by 64: CTA rank r's warpgroup wg takes rows m_start + wg * wg_stride, 64 of
+// them, with m_start = pair start + 64 r and wg_stride 128. So both CTAs need the same key tiles
+// (the pair's) even under a causal mask, and do the same work: a warpgroup whose rows end a key
+// tile before the pair's skips it (kWarpgroupKeys).
 struct FwdTile {
   int h, b, m_start, wg_stride;
   float slope;  // ALiBi, 0 when off
@@ -136,21 +137,6 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m
   w.keys = key_tiles(mod, first, min(first + item_rows, p.seqlen_q) - 1, K::kBlockN);
   w.unmasked = unmasked_key_tiles(mod, first, first + item_rows - 1, K::kBlockN);
   return w;
-}
-
-// The work item at position t of the schedule. From p.tail_start on, the items of the last
-// p.tail_heads (sequence, head)s (about one wave of the CTAs' items, launch_fwd_sm90.h) come longest
-// first across those heads: every head's last query tile, then every head's second last, and so on.
-// In fwd_tile's order under a right edge (causal), where a head's last query tile is its longest
-// item, the last heads' longest items would start among the last of the call and run on after the
-// other CTAs had finished: a model of the standard grid puts causal calls at 1.03-1.13x the ideal
-// span, and this order recovers most of it (docs/performance.md, sm90a v68). Within the tail about
-// as many heads run at once as before it (about twice as many where it starts), and each tail
-// head's K and V stay in use for the whole tail.
-__device__ __forceinline__ int schedule_item(const FwdParams& p, int t, int num_m) {
-  if (t < p.tail_start) return t;
-  const int at = t - p.tail_start, rank = at / p.tail_heads, head = at - rank * p.tail_heads;
-  return p.tail_start + head * num_m + rank;
 }
 
 // One consumer warpgroup's 64 rows of a work item. Under a causal mask or a window's right edge
@@ -224,7 +210,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
   const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
   constexpr uint16_t kAllCtas = (1 << kCluster) - 1;  // the multicast mask (a plain load ignores it)
   int kv_loads = 0;
-  int t = rank == 0 ? schedule_item(p, blockIdx.x / kCluster, num_m) : 0;  // rank 1's: the hand-out
+  int t = rank == 0 ? schedule_item(blockIdx.x / kCluster, p.tail, num_m) : 0;  // rank 1's: the hand-out
   // The counter's values past the CTAs' first items: CTA 0 zeroes it as it starts, in place of a
   // memset launched before each call. A CTA that fetches before that reset reads what the
   // workspace held: a value that names no item past the first ones ends its loop (items are left
@@ -313,7 +299,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     }
     if (rank == 0) {
       const unsigned fetched = atomicAdd(reinterpret_cast<unsigned*>(p.tile_counter), 1u);
-      t = fetched < fetched_items ? schedule_item(p, int(first_fetched + fetched), num_m) : num_tiles;
+      t = fetched < fetched_items ? schedule_item(int(first_fetched + fetched), p.tail, num_m) : num_tiles;
     }
   }
 }

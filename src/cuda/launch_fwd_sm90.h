@@ -74,15 +74,7 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
       return device_attribute(cudaDevAttrMultiProcessorCount, -1, "SM count");
     }
   }());
-  // Under a right edge without a left one (causal), where a head's last query tile is its longest
-  // item, the last wave's worth of items (whole heads) comes longest first across its heads
-  // (schedule_item). Without a mask every item is as long; under a left edge the first query tiles
-  // are the longest, and with both edges the lengths do not follow the tile (as the backward's
-  // heads_first_grid). One tail head is fwd_tile's order.
-  const bool right_edge_only = p.window_left < 0 && p.window_right >= 0;
-  const int64_t tail_heads = right_edge_only ? std::min(heads, (workers + num_m - 1) / num_m) : 0;
-  clamped.tail_heads = tail_heads > 1 ? int(tail_heads) : 0;
-  clamped.tail_start = int((heads - clamped.tail_heads) * num_m);
+  clamped.tail = fwd_tail(heads, num_m, workers, p.window_left < 0 && p.window_right >= 0);
   FwdSm90Args<K> args{
       clamped,
       make_tma_copy(SM90_TMA_LOAD{},
