@@ -501,13 +501,11 @@ TEST(GpuForwardWorkspace, CounterOfAnyContent) {
       mirror.translate(&p);
       size_t bytes = 0;
       ASSERT_EQ(flashattn_fwd_workspace_size(&p, &bytes), FLASHATTN_SUCCESS) << flashattn_last_error();
-      void* workspace = nullptr;
-      ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
-      ASSERT_EQ(cudaMemset(workspace, fill, bytes), cudaSuccess);
-      p.exec.workspace = workspace, p.exec.workspace_size = bytes;
+      const DeviceAllocation workspace(bytes);
+      ASSERT_EQ(cudaMemset(workspace.get(), fill, bytes), cudaSuccess);
+      p.exec.workspace = workspace.get(), p.exec.workspace_size = bytes;
       EXPECT_EQ(flashattn_fwd(&p), FLASHATTN_SUCCESS) << flashattn_last_error();
       mirror.download();
-      cudaFree(workspace);
       EXPECT_EQ(max_abs_diff(data.out, plain.out), 0.0) << "d " << c.d << ", fill " << fill;
       EXPECT_EQ(max_abs_diff(data.lse, plain.lse), 0.0) << "d " << c.d << ", fill " << fill;
     }

@@ -156,15 +156,14 @@ int active_clusters(int threads, int smem_bytes, const char* what) {
   });
 }
 
-// Launches the persistent kernel kKernel in clusters of kCluster CTAs: as many clusters as the
-// device runs at once, at most `units` (the clusters' work units); the caller has checked that one
-// fits (active_clusters). A refused launch is a FLASHATTN_CUDA_ERROR naming `what`.
+// Launches the persistent kernel kKernel as `clusters` clusters of kCluster CTAs: the caller has
+// taken at most as many as the device runs at once (active_clusters), and planned its schedule for
+// that count. A refused launch is a FLASHATTN_CUDA_ERROR naming `what`.
 template <auto kKernel, int kCluster, class Args>
-void launch_cluster_kernel(int64_t units, int threads, int smem_bytes, const Args& args, cudaStream_t stream,
+void launch_cluster_kernel(int64_t clusters, int threads, int smem_bytes, const Args& args, cudaStream_t stream,
                            const char* what) {
-  const int clusters = active_clusters<kKernel, kCluster>(threads, smem_bytes, what);
   opt_in_shared_memory(kKernel, smem_bytes);
-  const ClusterLaunch<kCluster> launch(std::min<int64_t>(units, clusters), threads, smem_bytes, stream);
+  const ClusterLaunch<kCluster> launch(clusters, threads, smem_bytes, stream);
   const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, args);
   if (err != cudaSuccess) {
     cudaGetLastError();
