@@ -37,8 +37,9 @@ def instrument(root):
 
     kernel = "template <class K, bool kScoreMods, bool kWarpgroupKeys, bool kLeftEdge>\n" \
              "__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90("
-    printer = """__device__ uint32_t g_fwd_waits[1024][16];
-__global__ void print_fwd_waits(int seqlen_k, int window_right) {
+    # Internal linkage: every translation unit that includes the kernel has its own.
+    printer = """static __device__ uint32_t g_fwd_waits[1024][16];
+static __global__ void print_fwd_waits(int seqlen_k, int window_right) {
   for (int r = 0; r < 1024; ++r) {
     uint32_t* row = g_fwd_waits[r];
     if (row[15] == 0) continue;
