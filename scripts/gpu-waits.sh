@@ -22,7 +22,11 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv,noheader
 letters=(A B C D E F G H)
 [ $# -lt ${#letters[@]} ] || { echo "gpu-waits: at most $(( ${#letters[@]} - 1 )) patches" >&2; exit 2; }
-patches=("" "$@")
+patches=("")
+for patch in "$@"; do
+  [ -f "$patch" ] || { echo "gpu-waits: no patch $patch" >&2; exit 2; }
+  patches+=("$(realpath "$patch")")
+done
 work=/tmp/gpu-waits
 rm -rf "$work"
 jobs=$(( $(nproc) / ${#patches[@]} )); [ "$jobs" -ge 1 ] || jobs=1
@@ -32,7 +36,7 @@ for i in "${!patches[@]}"; do
   mkdir -p "$tree"
   tar cf - --exclude='./build*' --exclude=./.git --exclude=./.deps . | tar xf - -C "$tree"
   if [ -n "${patches[$i]}" ]; then
-    (cd "$tree" && patch -p1 -s < "$root/${patches[$i]}") || { echo "gpu-waits: ${patches[$i]} does not apply" >&2; exit 1; }
+    (cd "$tree" && patch -p1 -s < "${patches[$i]}") || { echo "gpu-waits: ${patches[$i]} does not apply" >&2; exit 1; }
   fi
   python3 scripts/fwd_waits.py instrument "$tree" || exit 1
   (cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
@@ -42,7 +46,11 @@ for i in "${!patches[@]}"; do
   pids+=($!)
 done
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { echo "gpu-waits: ${letters[$i]} failed to build"; grep -E "error" "$work/${letters[$i]}.build.log" | head; exit 1; }
+  if ! wait "${pids[$i]}"; then
+    echo "gpu-waits: ${letters[$i]} failed to build"
+    grep -E "error" "$work/${letters[$i]}.build.log" | head
+    exit 1
+  fi
 done
 for i in "${!patches[@]}"; do
   v=${letters[$i]}
