@@ -19,22 +19,14 @@ import sys
 NAMES = "items tiles total k_first k_next k_loop v q".split()
 
 
-def instrument(root):
-    def edit(path, pairs):
-        with open(path) as f:
-            s = f.read()
-        for old, new in pairs:
-            if callable(old):
-                s, n = old(s)
-                if n < 1:
-                    sys.exit(f"fwd_waits: no Q wait found in {path}")
-                continue
-            if s.count(old) != 1:
-                sys.exit(f"fwd_waits: {path} has {s.count(old)} places for:\n{old}")
-            s = s.replace(old, new)
-        with open(path, "w") as f:
-            f.write(s)
+def replace_once(text, old, new, path):
+    """text with old, which must occur exactly once, replaced by new."""
+    if text.count(old) != 1:
+        sys.exit(f"fwd_waits: {path} has {text.count(old)} places for:\n{old}")
+    return text.replace(old, new)
 
+
+def instrument(root):
     kernel = "template <class K, bool kScoreMods, bool kWarpgroupKeys, bool kLeftEdge>\n" \
              "__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90("
     # Internal linkage: every translation unit that includes the kernel has its own.
@@ -56,10 +48,11 @@ static __global__ void print_fwd_waits(int seqlen_k, int window_right) {
     waits[k] += uint32_t(clock64() - t0_); \\
   } while (0)
 """
-    def time_q_waits(s):
-        return re.subn(r"(\n\s*(?:if \(next_s\) )?)(Full::wait\(&shared\.q_full[^;]*\));",
-                       lambda m: m.group(1) + "FWD_WAITS_TIMED(7, " + m.group(2) + ");", s)
-    edit(f"{root}/src/cuda/kernel_fwd_sm90.h", [
+    # waits[]: the counts in NAMES' order (items, tiles, total, K first, K next, K loop, V, Q).
+    path = f"{root}/src/cuda/kernel_fwd_sm90.h"
+    with open(path) as f:
+        text = f.read()
+    for old, new in [
         (kernel, printer + kernel),
         ("  int kv_loads = 0;  // the producer's count, followed here for the barrier phases\n",
          "  int kv_loads = 0;  // the producer's count, followed here for the barrier phases\n"
@@ -71,18 +64,28 @@ static __global__ void print_fwd_waits(int seqlen_k, int window_right) {
          "                      Full::wait(&shared.k_full[stage], ((kv_loads + i) / K::kStages) & 1));\n"),
         ("      Full::wait(&shared.v_full[stage], ((kv_loads + i) / K::kStages) & 1);\n",
          "      FWD_WAITS_TIMED(6, Full::wait(&shared.v_full[stage], ((kv_loads + i) / K::kStages) & 1));\n"),
-        (time_q_waits, None),
         ("  // The last TMA stores have read their tile before the CTA's shared memory goes.",
          "  if (leader) {\n    waits[2] = uint32_t(clock64() - start);\n"
          "    for (int k = 0; k < 8; ++k) g_fwd_waits[blockIdx.x * 4 + wg][k] = waits[k];\n"
          "    g_fwd_waits[blockIdx.x * 4 + wg][15] = 1;\n  }\n"
          "  // The last TMA stores have read their tile before the CTA's shared memory goes."),
-    ])
-    edit(f"{root}/src/cuda/launch_fwd_sm90.h", [
-        ('                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");\n  }\n}\n',
-         '                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");\n  }\n'
-         "  print_fwd_waits<<<1, 1, 0, stream>>>(p.seqlen_k, p.window_right);\n}\n"),
-    ])
+    ]:
+        text = replace_once(text, old, new, path)
+    # Q's waits: the item's own, and (where a closing turn issues the next item's first S) the next's.
+    text, found = re.subn(r"(\n\s*(?:if \(next_s\) )?)(Full::wait\(&shared\.q_full[^;]*\));",
+                          lambda m: m.group(1) + "FWD_WAITS_TIMED(7, " + m.group(2) + ");", text)
+    if found < 1:
+        sys.exit(f"fwd_waits: no wait for Q found in {path}")
+    with open(path, "w") as f:
+        f.write(text)
+    path = f"{root}/src/cuda/launch_fwd_sm90.h"
+    with open(path) as f:
+        text = f.read()
+    launches = '                        K::kThreads, K::kSmemBytes, args, stream, "sm90 forward kernel");\n  }\n'
+    text = replace_once(text, launches + "}\n",
+                        launches + "  print_fwd_waits<<<1, 1, 0, stream>>>(p.seqlen_k, p.window_right);\n}\n", path)
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def report(path):
