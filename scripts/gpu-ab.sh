@@ -98,11 +98,7 @@ gtest_flags=()
 cmake_dims=${dims//,/;}
 for i in "${!names[@]}"; do
   v=${names[$i]} tree=$work/${names[$i]}
-  mkdir -p "$tree"
-  tar cf - --exclude='./build*' --exclude=./.git --exclude=./.deps . | tar xf - -C "$tree"
-  if [ -n "${patches[$i]}" ]; then
-    (cd "$tree" && patch -p1 -s < "${patches[$i]}") || { echo "gpu-ab: ${patches[$i]} does not apply" >&2; exit 1; }
-  fi
+  scripts/variant-tree.sh "$tree" "${patches[$i]}" || exit 1
   with_tests=OFF; [ -n "$tests" ] && [ "$v" != A ] && with_tests=ON
   cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
     -DFLASHATTN_CUDA_ARCHS="$archs" -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \

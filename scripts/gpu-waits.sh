@@ -33,11 +33,7 @@ jobs=$(( $(nproc) / ${#patches[@]} )); [ "$jobs" -ge 1 ] || jobs=1
 pids=()
 for i in "${!patches[@]}"; do
   v=${letters[$i]} tree=$work/${letters[$i]}
-  mkdir -p "$tree"
-  tar cf - --exclude='./build*' --exclude=./.git --exclude=./.deps . | tar xf - -C "$tree"
-  if [ -n "${patches[$i]}" ]; then
-    (cd "$tree" && patch -p1 -s < "${patches[$i]}") || { echo "gpu-waits: ${patches[$i]} does not apply" >&2; exit 1; }
-  fi
+  scripts/variant-tree.sh "$tree" "${patches[$i]}" || exit 1
   python3 scripts/fwd_waits.py instrument "$tree" || exit 1
   (cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
      -DFLASHATTN_CUDA_ARCHS=90a -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_CUDA_BACKWARD=OFF \
