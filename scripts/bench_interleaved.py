@@ -133,7 +133,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lib", required=True, help="path of libflashattn.so")
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cuda-sm80"])
-    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--tokens", type=int, default=16384, help="query rows per point: batch = tokens / seqlen")
+    parser.add_argument("--heads", type=int,
+                        help="heads at every point (default 2048 / d, the standard grid): other counts change how the "
+                             "work items divide among the SMs at the same length")
     parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     parser.add_argument("--dims", default="64,128,256")
     parser.add_argument("--masks", default="0,1", help="the causal flags timed: 0 (none), 1 (causal) or both")
@@ -172,7 +175,8 @@ def main():
     print(f"bf16 GEMM 8192^3: {gemm:.1f} TFLOP/s (each batch after about {args.warmup_ms:g} ms of its own calls)")
     print(f"each time: the median of {args.rounds} rounds of {args.repeat} back-to-back calls, libraries in "
           f"alternation, each batch after about {args.warmup_ms:g} ms of the same library's calls; flashattn backend "
-          f"{args.backend}; inputs {args.data}, {args.layout}; order seed {seed}")
+          f"{args.backend}; inputs {args.data}, {args.layout}; order seed {seed}"
+          + (f"; {args.heads} heads" if args.heads else ""))
     # Extra columns: our sm80 forward (--sm80), then each --variant.
     extra_header = f" {'sm80':>7} {'sm80 x fa2':>10}" if args.sm80 else ""
     extra_header += "".join(f" {f'v{i}':>7} {f'v{i} / ours':>10}" for i in range(1, len(variants) + 1))
@@ -183,7 +187,7 @@ def main():
         for causal in [mask == "1" for mask in args.masks.split(",")]:
             for d in map(int, args.dims.split(",")):
                 for seqlen in map(int, args.seqlens.split(",")):
-                    batch, heads = max(1, args.tokens // seqlen), 2048 // d
+                    batch, heads = max(1, args.tokens // seqlen), args.heads or 2048 // d
                     shape = (batch, heads, seqlen, d)
                     q, k, v, dout = (make_input(shape, args.data, args.layout) for _ in range(4))
                     out = torch.empty_like(q)  # q's layout
