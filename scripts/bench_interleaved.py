@@ -2,7 +2,7 @@
 """flashattn (its C API through scripts/flashattn_ctypes.py), PyTorch's FlashAttention-2 and cuDNN
 backends of scaled_dot_product_attention (with --sm80 our cuda-sm80 forward too, with --variant
 other builds of our library) on the same tensors at each point of the standard grid (16k tokens,
-heads * d = 2048, bf16), timed in alternation: per point, `rounds` rounds of one batch of `repeat`
+heads * d = 2048, bf16; --tokens and --heads change the batch and heads), timed in alternation: per point, `rounds` rounds of one batch of `repeat`
 back-to-back calls per library (CUDA events around the batch, so that host overhead between calls is
 hidden as in an engine's stream), each library's time the median of its rounds. Alternating within a
 point keeps the GPU's clock drift (its temperature follows the last minutes of work) from favouring
