@@ -1,14 +1,14 @@
 // The sm90a forward kernel: persistent CTAs with warp specialization. Warpgroup 0 produces: one
 // thread takes work items (a query tile of one head and sequence) from a global counter (in
 // clusters of two, rank 0's takes them for both CTAs) and, for each, loads Q once and its K / V
-// tiles into a kStages-deep ring by TMA, every buffer guarded by a "full" mbarrier (the copy's
-// bytes landed) and an "empty" one (every consumer warpgroup is done with it), so that the next
-// item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
+// tiles into rings of kStages K and kVStages V buffers by TMA, every buffer guarded by a "full"
+// mbarrier (the copy's bytes landed) and an "empty" one (every consumer warpgroup is done with
+// it), so that the next item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
 // rows each: S = Q K^T by wgmma from shared memory, the online softmax of the sm80 kernel on the
 // accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
 // group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
-// where the tile table has kSoftmaxOverlapsO a tile's softmax runs while the previous tile's O
-// product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups
+// where the tile table has kSoftmaxOverlapsO or kSoftmaxBranches a tile's softmax runs while the
+// previous tile's O product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups
 // take turns at the tensor cores (ping-pong): each issues its products only after the other has
 // issued its own, so that one warpgroup's softmax runs while the other's products occupy the tensor
 // cores (with kSplitTurns one turn for S and one for O of each tile). Under a causal mask or a
@@ -171,8 +171,8 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
 
 // The producer thread: hands out the work items (the schedule's positions, schedule_item: its CTA's
 // first is position blockIdx.x, the others come from the global counter) through a two-slot ring in
-// shared memory, and for each loads Q once and its K / V tiles into the kStages-deep ring, the
-// ring's position running on across items. In clusters of two (K::kCluster) an item is a pair of
+// shared memory, and for each loads Q once and its K / V tiles into their rings (K::kStages and
+// K::kVStages deep), the rings' position running on across items. In clusters of two (K::kCluster) an item is a pair of
 // query tiles (fwd_tile): rank 0's producer takes it (the cluster's index first, then the counter)
 // and hands it to rank 1's through a second ring (handoff); each writes it into its CTA's ring for
 // its consumers, and loads its CTA's rows of Q and one half of every K / V tile into both CTAs'
@@ -293,9 +293,10 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
       Empty::wait(&shared.k_empty[stage], phase ^ 1);
       Full::arrive_and_expect_tx(&shared.k_full[stage], K::kKvBytes);
       copy(tma_k.with(shared.k_full[stage], kAllCtas), tKg(_, n_block), tKs(_, stage));
-      Empty::wait(&shared.v_empty[stage], phase ^ 1);
-      Full::arrive_and_expect_tx(&shared.v_full[stage], K::kKvBytes);
-      copy(tma_v.with(shared.v_full[stage], kAllCtas), tVg(_, n_block), tVs(_, stage));
+      const int v_stage = kv_loads % K::kVStages;
+      Empty::wait(&shared.v_empty[v_stage], ((kv_loads / K::kVStages) & 1) ^ 1);
+      Full::arrive_and_expect_tx(&shared.v_full[v_stage], K::kKvBytes);
+      copy(tma_v.with(shared.v_full[v_stage], kAllCtas), tVg(_, n_block), tVs(_, v_stage));
     }
     if (rank == 0) {
       const unsigned fetched = atomicAdd(reinterpret_cast<unsigned*>(p.tile_counter), 1u);
@@ -343,8 +344,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     Empty::init(&shared.q_empty, K::kConsumerWarpgroups);
     for (int s = 0; s < K::kStages; ++s) {
       Full::init(&shared.k_full[s], 1);
-      Full::init(&shared.v_full[s], 1);
       Empty::init(&shared.k_empty[s], K::kConsumerWarpgroups * K::kCluster);
+    }
+    for (int s = 0; s < K::kVStages; ++s) {
+      Full::init(&shared.v_full[s], 1);
       Empty::init(&shared.v_empty[s], K::kConsumerWarpgroups * K::kCluster);
     }
     for (int s = 0; s < 2; ++s) {
@@ -490,8 +493,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     };
     // O += P V of key tile i, issued and committed.
     auto issue_o = [&](int i) {
-      const int stage = (kv_loads + i) % K::kStages;
-      Full::wait(&shared.v_full[stage], ((kv_loads + i) / K::kStages) & 1);
+      const int stage = (kv_loads + i) % K::kVStages;
+      Full::wait(&shared.v_full[stage], ((kv_loads + i) / K::kVStages) & 1);
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
       warpgroup_arrive();
@@ -502,7 +505,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     auto release_v = [&](int i) {
       warpgroup_fence_operand(tOrO);
       const bool staged_in = K::kStageOInKv && i == n_keys - 1;  // released after the stores
-      if (leader && !staged_in) release_stage(shared.v_empty[(kv_loads + i) % K::kStages]);
+      if (leader && !staged_in) release_stage(shared.v_empty[(kv_loads + i) % K::kVStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
     // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
@@ -527,11 +530,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       const int n_block = w.keys.max - 1 - i;
       origin.col0 = n_block * K::kBlockN;
       if (!plain_scores) apply_score_mods(s, score_mod(p, w.slope), p.softcap_in, origin);
+      auto update = [&] {
+        softmax.update_scores<K::kTreeReduce, K::kMaxSlack>(
+            s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
+      };
+      // With K::kSoftmaxBranches the masked and the unmasked tiles' softmax are two branches that
+      // rejoin after the exponentials, so that the wait for the previous O product, which ptxas
+      // moves up to the start of its basic block, stays after them (tile_size.h).
       if (n_block < own.unmasked.min || n_block >= own.unmasked.max) {
         apply_mask</*kRelativeRange=*/true, kLeftEdge>(s, score_mod(p, w.slope), origin);
+        if constexpr (K::kSoftmaxBranches) update();
+      } else if constexpr (K::kSoftmaxBranches) {
+        update();
       }
-      softmax.update_scores<K::kTreeReduce, K::kMaxSlack>(
-          s, [&](int mt, int half, float c) { correction[mt][half] = c; }, [](float&, float&, int, int, int) {});
+      if constexpr (!K::kSoftmaxBranches) update();
       if constexpr (K::kMaxSlack > 0) {
         rescale_o = __any_sync(0xffffffffu, correction[0][0] != 1.f || correction[0][1] != 1.f);
       }
@@ -559,8 +571,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       const uint32_t phase = ((kv_loads + i) / K::kStages) & 1;
       auto pass_v = [&] {
         if (leader) {
-          Full::wait(&shared.v_full[stage], phase);
-          release_stage(shared.v_empty[stage]);
+          const int v_stage = (kv_loads + i) % K::kVStages;
+          Full::wait(&shared.v_full[v_stage], ((kv_loads + i) / K::kVStages) & 1);
+          release_stage(shared.v_empty[v_stage]);
         }
       };
       if (leader) {

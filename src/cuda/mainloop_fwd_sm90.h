@@ -34,6 +34,8 @@ struct FwdSm90 {
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
   static constexpr int kBlockN = Tile::kBlockN;
   static constexpr int kStages = Tile::kStages;
+  static constexpr int kVStages = Tile::kVStages;  // V's ring, K's has kStages (tile_size.h)
+  static constexpr bool kSoftmaxBranches = Tile::kSoftmaxBranches;
   static constexpr bool kRescaleInTurn = Tile::kRescaleInTurn;
   static constexpr bool kTreeReduce = Tile::kTreeReduce;
   static constexpr int kMaxSlack = Tile::kMaxSlack;
@@ -77,7 +79,7 @@ struct FwdSm90 {
   using SmemLayoutK = decltype(cute::tile_to_shape(
       AtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+      AtomMN{}, cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kVStages>>{},
       cute::Step<cute::_2, cute::_1, cute::_3>{}));
 
   // The output leaves through a staging tile per consumer warpgroup (its 64 rows x kOStagingCols
@@ -109,6 +111,8 @@ struct FwdSm90 {
   static_assert(kStages == 1 ||
                     (SmemLayoutK{}(0, 0, 1) == kKvStageElements && SmemLayoutVt{}(0, 0, 1) == kKvStageElements),
                 "K / V stages lie one after the other");
+  static_assert(!kStageOInKv || kVStages == kStages, "an output staged in a K or V stage: one ring position");
+  static_assert(!kSoftmaxBranches || (!kSoftmaxOverlapsO && !kSplitTurns), "one form of the softmax's overlap");
   static_assert(!kStageOInKv || (kConsumerWarpgroups == 2 && kStages >= 2 && kBlockN >= 64 &&
                                  kKvStageElements * sizeof(Element) % 1024 == 0),
                 "a warpgroup's output staged in a K or V stage: 64 rows fit it, at a 1024-byte boundary");
@@ -189,7 +193,7 @@ struct FwdSm90 {
     // kCluster 2, by the consumers of both CTAs, as either CTA's loads write both); work
     // item slot s written by the producer (full) or read by every consumer (empty).
     uint64_t q_full, q_empty;
-    uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+    uint64_t k_full[kStages], k_empty[kStages], v_full[kVStages], v_empty[kVStages];
     uint64_t tile_full[2], tile_empty[2];
     int tile[2];  // the work items handed to the consumers (kernel_fwd_sm90.h)
     // In a cluster, the items rank 0's producer hands to rank 1's (kernel_fwd_sm90.h).

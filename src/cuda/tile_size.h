@@ -79,15 +79,16 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 }
 
 // sm90a forward (warp-specialized: one producer warpgroup issuing TMA, kConsumerWarpgroups
-// warpgroups of 64 query rows issuing wgmma). kBlockN keys per K / V stage, kStages stages.
+// warpgroups of 64 query rows issuing wgmma). kBlockN keys per K / V stage, kStages K and
+// kVStages V stages.
 // The consumers hold S (kBlockN / 2 floats per thread), P in 16 bits (kBlockN / 4 registers) and
 // O (kHeadDim / 2 floats) within the 240 registers setmaxnreg gives them; shared memory holds Q,
-// kStages K and V tiles and, where there is room, the output's staging tiles (kOStagingCols of
+// kStages K and kVStages V tiles and, where there is room, the output's staging tiles (kOStagingCols of
 // the head dim per pass; without room the output is staged in the item's last K and V stages:
 // mainloop_fwd_sm90.h), at most 227 KB.
 // Every entry: two consumer warpgroups (128 query rows); two K / V stages, so that the next
 // tile's K and V land while this one's products run, except in d 256's single CTAs (one, with
-// kSplitTurns).
+// kSplitTurns) and d 128's V (three, with kSoftmaxBranches).
 // kRescaleInTurn: O takes the softmax's corrections in the warpgroup's turn at the tensor cores
 // (after the S product's issue) rather than right after the softmax, where it lengthens the span
 // the other warpgroup's products must cover; worth it where that span is the limit (d 128:
@@ -123,7 +124,14 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // product in flight beside the warpgroup's own O product, and two turns per tile, S then O, so that
 // the tensor cores take S of warpgroup 0, S of 1, O of 0, O of 1 and one K / V stage suffices (the
 // next K loads under the O products, the next V under the S products); for a tile whose S, P and
-// O fill the registers once (kernel_fwd_sm90.h).
+// O fill the registers once (kernel_fwd_sm90.h). kSoftmaxBranches: the other way to that overlap,
+// with the K stage still released as the softmax opens: the masked and the unmasked tiles' softmax
+// in two branches that rejoin after the exponentials, so that the O wait starts the block after
+// them (the loop carries the softmax twice). The V stage then goes back a softmax later, which
+// kVStages (V's stages, K's kStages) absorbs with one stage more. At d 128: in cycles 1.027x at
+// unmasked 2k (Nsight Compute, the same clock; tensor pipe 77.1% against 75.2% active), in bursts
+// 1.01-1.05x from 2k to 16k, causal too; at the power cap, where the same work costs the same
+// energy, level (0.99-1.02x interleaved); with two V stages the pairs lost 1-2% there (sm90a v78).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -144,16 +152,18 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kSkipKeyTiles = false;
   static constexpr bool kClusterPairs = false;  // calls without a mask take the wide tile
   static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSoftmaxBranches = false;  // v44's form: causal 0.96-0.99x
+  static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 64;
 };
-// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 192 KB. d 96 follows d 128 here, not
-// timed on its own. 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
+// d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 224 KB (d 128 with a third V stage,
+// kSoftmaxBranches). d 96 follows d 128 here, not timed on its own, but for v78 (the branches, the
+// third V stage). 176 keys without a mask, as FlashAttention-3: no gain (0.96-1.03x, sm90a v9).
 // Neither a shorter softmax span (the exponentials before the row max: 0.97-1.00x, v27) nor key
-// tiles in a rotated order (0.95-0.97x, v28) gained: from 8k keys sustained runs are held by
-// the GPU's power cap (docs/performance.md). Nor did a wide tile of three warpgroups without turns
-// at d 128 (80- or 64-key tiles, 192 rows): 0.93-0.98x without a mask from 2k, 0.85-0.87 at 512
-// (v32).
+// tiles in a rotated order (0.95-0.97x, v28) gained: from 8k keys sustained runs are held by the
+// GPU's power cap (docs/performance.md). Nor did a wide tile of three warpgroups without turns at d
+// 128 (80- or 64-key tiles, 192 rows): 0.93-0.98x without a mask from 2k, 0.85-0.87 at 512 (v32).
 template <> struct FwdTileSm90<96> {
   static constexpr int kConsumerWarpgroups = 2, kBlockN = 128, kStages = 2;
   static constexpr bool kRescaleInTurn = true;
@@ -162,6 +172,8 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 96
   static constexpr bool kSoftmaxOverlapsO = false;  // follows d 128 (not timed on its own)
+  static constexpr bool kSoftmaxBranches = false;  // v78 neither timed nor tested at d 96
+  static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 96;
 };
@@ -173,6 +185,8 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kSkipKeyTiles = false;  // as d 64
   static constexpr bool kClusterPairs = true;
   static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSoftmaxBranches = true;
+  static constexpr int kVStages = 3;  // Q 32 + K 64 + V 96 + staging 32 KB: 224 KB
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 128;
 };
@@ -188,6 +202,8 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kSkipKeyTiles = true;  // follows d 256's pair tile (v24; not timed on its own)
   static constexpr bool kClusterPairs = false;  // not timed (nor tested) at d 192
   static constexpr bool kSoftmaxOverlapsO = true;  // follows d 256's pair tile (v43; not timed on its own)
+  static constexpr bool kSoftmaxBranches = false;  // kSoftmaxOverlapsO's form
+  static constexpr int kVStages = kStages;  // the output staged in the K / V stages
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 192;
 };
@@ -205,6 +221,8 @@ template <> struct FwdTileSm90<256> {
   static constexpr bool kSkipKeyTiles = false;  // 128-key tiles: as d 64 (with it 0.99-1.01x, v60)
   static constexpr bool kClusterPairs = true;
   static constexpr bool kSoftmaxOverlapsO = false;
+  static constexpr bool kSoftmaxBranches = false;  // split turns: no O product beside the softmax
+  static constexpr int kVStages = kStages;  // 225 KB already
   static constexpr bool kSplitTurns = true;
   static constexpr int kOStagingCols = 128;
 };
@@ -223,6 +241,8 @@ template <> struct FwdPairTileSm90<256> {
   static constexpr int kMaxSlack = 8;
   static constexpr bool kSkipKeyTiles = true;  // 64-row warpgroups, 80-key tiles: causal 0.99-1.04x (v24)
   static constexpr bool kSoftmaxOverlapsO = true;
+  static constexpr bool kSoftmaxBranches = false;  // kSoftmaxOverlapsO's form
+  static constexpr int kVStages = kStages;  // the output staged in the K / V stages, 224 KB
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 256;
 };
@@ -252,6 +272,8 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr int kMaxSlack = 0;
   static constexpr bool kSkipKeyTiles = true;
   static constexpr bool kSoftmaxOverlapsO = false;  // 0.93-0.96x below 16k keys (v43)
+  static constexpr bool kSoftmaxBranches = false;  // 0.94-0.95x from 512 to 4k keys (v44)
+  static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
   static constexpr int kOStagingCols = 64;
 };
