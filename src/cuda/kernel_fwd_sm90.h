@@ -2,27 +2,27 @@
 // thread takes work items (a query tile of one head and sequence) from a global counter (in
 // clusters of two, rank 0's takes them for both CTAs) and, for each, loads Q once and its K / V
 // tiles into rings of kStages K and kVStages V buffers by TMA, every buffer guarded by a "full"
-// mbarrier (the copy's bytes landed) and an "empty" one (every consumer warpgroup is done with
-// it), so that the next item's loads run under this item's last products and epilogue. Warpgroups 1.. consume, 64 query
-// rows each: S = Q K^T by wgmma from shared memory, the online softmax of the sm80 kernel on the
-// accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and 2t + 1 of each n8
-// group), P packed to 16 bits in registers and O += P V by wgmma with P as the register operand;
-// where the tile table has kSoftmaxOverlapsO or kSoftmaxBranches a tile's softmax runs while the
-// previous tile's O product is in flight (elsewhere ptxas waits for both products first). Two consumer warpgroups
-// take turns at the tensor cores (ping-pong): each issues its products only after the other has
-// issued its own, so that one warpgroup's softmax runs while the other's products occupy the tensor
-// cores (with kSplitTurns one turn for S and one for O of each tile). Under a causal mask or a
-// window's right edge a warpgroup whose 64 rows end a key tile before the item's skips that tile
-// (where the tile table has kSkipKeyTiles). Each warpgroup writes its rows of O into a staging tile
-// in shared memory (at d 192 and in d 256's pairs the item's last K or V stage, once both
-// warpgroups' products are done with it; in d 256's single CTAs a tile of half the head dim, whose
-// two box slots take the four boxes in turn) and TMA stores take them out. Where the tile table has
-// kClusterPairs (d 128 / 256), calls without softcap or ALiBi, without a mask or with a right edge
-// only, from kFwdSm90ClusterMinKeys keys, with an even number of query tiles per head, run in
-// clusters of two CTAs that take two query tiles of a head at once, their rows interleaved so that
-// both CTAs need the same key tiles (fwd_sm90_cluster_serves, fwd_tile): each CTA's producer loads
-// half of every K / V tile into both CTAs' stages (TMA multicast), and a stage goes back to the
-// producers once the consumers of both CTAs are done with it.
+// mbarrier (the copy's bytes landed) and an "empty" one (every consumer warpgroup is done with it),
+// so that the next item's loads run under this item's last products and epilogue. Warpgroups 1..
+// consume, 64 query rows each: S = Q K^T by wgmma from shared memory, the online softmax of the
+// sm80 kernel on the accumulators (same per-thread fragment order: rows g and g + 8, columns 2t and
+// 2t + 1 of each n8 group), P packed to 16 bits in registers and O += P V by wgmma with P as the
+// register operand; where the tile table has kSoftmaxOverlapsO or kSoftmaxBranches a tile's softmax
+// runs while the previous tile's O product is in flight (elsewhere ptxas waits for both products
+// first). Two consumer warpgroups take turns at the tensor cores (ping-pong): each issues its
+// products only after the other has issued its own, so that one warpgroup's softmax runs while the
+// other's products occupy the tensor cores (with kSplitTurns one turn for S and one for O of each
+// tile). Under a causal mask or a window's right edge a warpgroup whose 64 rows end a key tile
+// before the item's skips that tile (where the tile table has kSkipKeyTiles). Each warpgroup writes
+// its rows of O into a staging tile in shared memory (at d 192 and in d 256's pairs the item's last
+// K or V stage, once both warpgroups' products are done with it; in d 256's single CTAs a tile of
+// half the head dim, whose two box slots take the four boxes in turn) and TMA stores take them out.
+// Where the tile table has kClusterPairs (d 128 / 256), calls without softcap or ALiBi, without a
+// mask or with a right edge only, from kFwdSm90ClusterMinKeys keys, with an even number of query
+// tiles per head, run in clusters of two CTAs that take two query tiles of a head at once, their
+// rows interleaved so that both CTAs need the same key tiles (fwd_sm90_cluster_serves, fwd_tile):
+// each CTA's producer loads half of every K / V tile into both CTAs' stages (TMA multicast), and a
+// stage goes back to the producers once the consumers of both CTAs are done with it.
 #pragma once
 
 #include <cstdint>
@@ -172,12 +172,12 @@ __device__ __forceinline__ WarpgroupKeys warpgroup_keys(const FwdParams& p, cons
 // The producer thread: hands out the work items (the schedule's positions, schedule_item: its CTA's
 // first is position blockIdx.x, the others come from the global counter) through a two-slot ring in
 // shared memory, and for each loads Q once and its K / V tiles into their rings (K::kStages and
-// K::kVStages deep), the rings' position running on across items. In clusters of two (K::kCluster) an item is a pair of
-// query tiles (fwd_tile): rank 0's producer takes it (the cluster's index first, then the counter)
-// and hands it to rank 1's through a second ring (handoff); each writes it into its CTA's ring for
-// its consumers, and loads its CTA's rows of Q and one half of every K / V tile into both CTAs'
-// stages. kOneBoxKv: a K / V tile (or its half) in one box, the head dim as (atom columns, atoms)
-// (K::one_box_kv, mainloop_fwd_sm90.h).
+// K::kVStages deep), the rings' position running on across items. In clusters of two (K::kCluster)
+// an item is a pair of query tiles (fwd_tile): rank 0's producer takes it (the cluster's index
+// first, then the counter) and hands it to rank 1's through a second ring (handoff); each writes it
+// into its CTA's ring for its consumers, and loads its CTA's rows of Q and one half of every K / V
+// tile into both CTAs' stages. kOneBoxKv: a K / V tile (or its half) in one box, the head dim as
+// (atom columns, atoms) (K::one_box_kv, mainloop_fwd_sm90.h).
 template <class K, bool kOneBoxKv>
 __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typename K::SharedStorage& shared,
                                                  int num_m, int num_tiles) {
