@@ -6,7 +6,10 @@ while `nvidia-smi` samples the SM clock and the power draw every 50 ms. The forw
 cuDNN's (on tensors that need no gradient), the backward with FlashAttention-2's (autograd through
 scaled_dot_product_attention, after our forward has written out and lse). Each trial takes fresh
 tensors and runs each library's batch --reps times, the libraries' order swapped every trial; a
-point's figure is the median over its batches, with the median clock and power during them.
+point's figure is the median over its batches, with the median clock and power during them. With
+--variant, other builds of the library take their batches in the same rotation (their columns and
+their ratio to ours follow the peer's): whether a change's cycles turn into time at the clock the
+power cap allows (docs/performance.md, sm90a v78).
 The burst grids (bench_interleaved.py) time 10 calls at whatever clock the previous batch left;
 docs/performance.md has both kinds side by side. Runs on the device machine only."""
 import argparse
@@ -41,14 +44,15 @@ def timed_batch(fn, calls):
     return t0, datetime.datetime.now(), ms
 
 
-def point_fns(lib, direction, d, seqlen, causal):
-    """Our call and the peer's on fresh tensors of one point."""
+def point_fns(lib, variants, direction, d, seqlen, causal):
+    """Our call, each variant's (v1, v2, ...) and the peer's on fresh tensors of one point."""
     b, h = 16384 // seqlen, 2048 // d
     q, k, v, dout = (make_input((b, h, seqlen, d), "normal", "bhsd") for _ in range(4))
     out = torch.empty_like(q)
     lse = torch.empty((b, h, seqlen), device="cuda", dtype=torch.float32)
     grads = [torch.empty_like(q) for _ in range(3)] if direction == "bwd" else [None] * 3
     ours = Ours(lib, "cuda", q, k, v, out, lse, dout, *grads, causal)
+    others = [Ours(vlib, "cuda", q, k, v, out, lse, dout, *grads, causal) for vlib in variants]
     backend = PEER[direction][1]
     if direction == "fwd":
         def peer():
@@ -63,7 +67,10 @@ def point_fns(lib, direction, d, seqlen, causal):
         def peer():
             with sdpa_kernel(backend):
                 torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True)
-    return {"ours": lambda: ours.run(direction), PEER[direction][0]: peer}
+    fns = {"ours": lambda: ours.run(direction), PEER[direction][0]: peer}
+    for i, other in enumerate(others, 1):
+        fns[f"v{i}"] = lambda other=other: other.run(direction)
+    return fns
 
 
 def main():
@@ -76,8 +83,11 @@ def main():
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2, help="batches per library and trial")
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one batch")
+    parser.add_argument("--variant", action="append", default=[], metavar="PATH",
+                        help="another libflashattn.so, timed beside ours (v1, v2, ... in the table)")
     args = parser.parse_args()
     lib = fc.Library(args.lib)
+    variants = [fc.Library(path) for path in args.variant]
     peer_name = PEER[args.dir][0]
 
     samples = tempfile.NamedTemporaryFile("w+", suffix=".csv")
@@ -91,12 +101,12 @@ def main():
                 point = (d, seqlen, int(causal))
                 flops = attention_flops(16384 // seqlen, 2048 // d, seqlen, d, causal, backward=args.dir == "bwd")
                 for trial in range(args.trials):
-                    fns = point_fns(lib, args.dir, d, seqlen, causal)
+                    fns = point_fns(lib, variants, args.dir, d, seqlen, causal)
                     for fn in fns.values():  # warm-up, and the length of one call
                         fn()
                     _, _, ms = timed_batch(fns["ours"], 2)
                     calls = max(5, math.ceil(args.seconds * 1e3 / ms))
-                    order = ["ours", peer_name] if trial % 2 == 0 else [peer_name, "ours"]
+                    order = list(fns) if trial % 2 == 0 else list(fns)[::-1]
                     for _ in range(args.reps):
                         for name in order:
                             t0, t1, ms = timed_batch(fns[name], calls)
@@ -124,13 +134,18 @@ def main():
         per[point][name].append((tflops, clock, power))
     print(f"sustained {args.dir}: batches of about {args.seconds} s, {args.trials} trials x {args.reps} per library;"
           " medians (TFLOP/s, SM MHz, W)")
+    names = [f"v{i}" for i in range(1, len(variants) + 1)]
     print(f"{'d':>4} {'seqlen':>6} {'causal':>6} {'ours':>7} {'MHz':>5} {'W':>4} {peer_name:>7} {'MHz':>5} {'W':>4}"
-          f" {'ours/' + peer_name:>10}")
+          f" {'ours/' + peer_name:>10}" + "".join(f" {n:>7} {'MHz':>5} {'W':>4} {n + '/ours':>8}" for n in names))
     for (d, seqlen, causal), by in sorted(per.items()):
         med = {n: [statistics.median(x[i] for x in xs) for i in range(3)] for n, xs in by.items()}
         o, p = med["ours"], med[peer_name]
-        print(f"{d:4d} {seqlen:6d} {causal:6d} {o[0]:7.1f} {o[1]:5.0f} {o[2]:4.0f} {p[0]:7.1f} {p[1]:5.0f} {p[2]:4.0f}"
-              f" {o[0] / p[0]:10.3f}")
+        line = (f"{d:4d} {seqlen:6d} {causal:6d} {o[0]:7.1f} {o[1]:5.0f} {o[2]:4.0f} {p[0]:7.1f} {p[1]:5.0f} {p[2]:4.0f}"
+                f" {o[0] / p[0]:10.3f}")
+        for n in names:
+            x = med[n]
+            line += f" {x[0]:7.1f} {x[1]:5.0f} {x[2]:4.0f} {x[0] / o[0]:8.3f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 #   scripts/gpu-ab.sh [--dims "64,128,256"] [--seqlens "512,2048,16384"] [--rounds 2] [--bwd]
 #                     [--tests FILTER] [--archs "90a"] [--backend cuda] [--deadline S]
 #                     [--bench-args "..."] [--stalls D,SEQLEN[,causal]] [--source D,SEQLEN[,causal]]
-#                     [--interleaved N] [--interleaved-rounds R] [--masks "0,1"] [--dtypes "bf16"] PATCH...
+#                     [--interleaved N] [--interleaved-rounds R] [--masks "0,1"] [--dtypes "bf16"]
+#                     [--sustained "ARGS"] PATCH...
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
@@ -43,13 +44,19 @@
 # that leaves unmasked calls alone).
 # --interleaved-rounds: bench_interleaved.py's rounds per point (default 5, each library's time the
 # median of them; a null patch spread 2-3% per process with 5, sm90a v46 / v47).
+# --sustained: after those, scripts/bench_sustained.py with A as --lib and the other variants as
+# --variant (v1, v2, ... in its table are B, C, ...), with ARGS (its --dims, --seqlens, --causal,
+# --seconds, --trials): every variant and the peer in batches of about --seconds each, with the
+# median SM clock and power of each, so that a change's ratio comes with its clock (whether its
+# cycles turn into time where the power cap holds the clock: docs/performance.md, sm90a v78). Its
+# output goes to $OUT/sustained.txt. Outside --deadline's count.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 dims="64,128,256" seqlens="" rounds=2 tests="" dir=fwd archs="90a" backend=cuda deadline=0 bench_args="" stalls=""
-source="" interleaved=0 interleaved_rounds=5 dtypes="bf16" masks="0,1"
+source="" interleaved=0 interleaved_rounds=5 dtypes="bf16" masks="0,1" sustained=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dims) dims="$2"; shift 2 ;;
@@ -65,13 +72,15 @@ while [ $# -gt 0 ]; do
     --source) source="$2"; shift 2 ;;
     --interleaved) interleaved="$2"; shift 2 ;;
     --interleaved-rounds) interleaved_rounds="$2"; shift 2 ;;
+    --sustained) sustained="$2"; shift 2 ;;
     --masks) masks="$2"; shift 2 ;;
     --dtypes) dtypes="$2"; shift 2 ;;
     --*) echo "gpu-ab: unknown argument $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[ $# -ge 1 ] || [ "$interleaved" -gt 0 ] || { echo "gpu-ab: give at least one patch (or --interleaved)" >&2; exit 2; }
+[ $# -ge 1 ] || [ "$interleaved" -gt 0 ] || [ -n "$sustained" ] ||
+  { echo "gpu-ab: give at least one patch (or --interleaved / --sustained)" >&2; exit 2; }
 out=${OUT:-/tmp/gpu-ab-out}
 mkdir -p "$out"
 csvs=/tmp/gpu-ab-csv
@@ -220,6 +229,16 @@ for (d, causal, seqlen), runs in sorted(points.items()):
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' |')
 PY
   grep -h "GEMM" "$out"/interleaved-*.txt
+fi
+
+if [ -n "$sustained" ]; then
+  variant_flags=()
+  for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
+  # $sustained unquoted: its words are bench_sustained.py's arguments.
+  timeout 400 python3 scripts/bench_sustained.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
+    --dir "$dir" $sustained > "$out/sustained.txt" 2> "$work/sustained.err" || tail -3 "$work/sustained.err"
+  log "sustained beside the peer (bench_sustained.py; v1, v2, ... are ${names[*]:1}):"
+  cat "$out/sustained.txt"
 fi
 
 # Variant $1's forward kernel at the point $2 (D,SEQLEN[,causal]) once under ncu, given at most $3
