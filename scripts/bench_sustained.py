@@ -7,8 +7,9 @@ cuDNN's (on tensors that need no gradient), the backward with FlashAttention-2's
 scaled_dot_product_attention, after our forward has written out and lse). Each trial takes fresh
 tensors and runs each library's batch --reps times, the libraries' order swapped every trial; a
 point's figure is the median over its batches, with the median clock and power during them. With
---variant, other builds of the library take their batches in the same rotation (their columns and
-their ratio to ours follow the peer's): whether a change's cycles turn into time at the clock the
+--variant, other builds of the library take their batches in the same order, reversed every trial
+(an even --trials puts each first as often as last; their columns and their ratio to ours follow
+the peer's): whether a change's cycles turn into time at the clock the
 power cap allows (docs/performance.md, sm90a v78).
 The burst grids (bench_interleaved.py) time 10 calls at whatever clock the previous batch left;
 docs/performance.md has both kinds side by side. Runs on the device machine only."""
@@ -140,8 +141,8 @@ def main():
     for (d, seqlen, causal), by in sorted(per.items()):
         med = {n: [statistics.median(x[i] for x in xs) for i in range(3)] for n, xs in by.items()}
         o, p = med["ours"], med[peer_name]
-        line = (f"{d:4d} {seqlen:6d} {causal:6d} {o[0]:7.1f} {o[1]:5.0f} {o[2]:4.0f} {p[0]:7.1f} {p[1]:5.0f} {p[2]:4.0f}"
-                f" {o[0] / p[0]:10.3f}")
+        line = (f"{d:4d} {seqlen:6d} {causal:6d} {o[0]:7.1f} {o[1]:5.0f} {o[2]:4.0f}"
+                f" {p[0]:7.1f} {p[1]:5.0f} {p[2]:4.0f} {o[0] / p[0]:10.3f}")
         for n in names:
             x = med[n]
             line += f" {x[0]:7.1f} {x[1]:5.0f} {x[2]:4.0f} {x[0] / o[0]:8.3f}"

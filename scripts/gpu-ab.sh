@@ -39,17 +39,19 @@
 # and each variant / A per process, and the mean of the latter; the processes' output goes to
 # $OUT/interleaved-<n>.txt. Outside --deadline's count: about 3 s per point and variant per process.
 # With no patch, A alone (--rounds 0 --interleaved N: the working tree's grid beside FA2 and cuDNN in
-# N processes, each point's A x cuDNN per process and their mean, built for --dims only).
+# N processes, each point's A x cuDNN per process and their mean, built for --dims only; or
+# --sustained: A beside the peer with clocks and power).
 # --masks: the causal flags the interleaved processes time ("1": the causal points alone, for a change
 # that leaves unmasked calls alone).
 # --interleaved-rounds: bench_interleaved.py's rounds per point (default 5, each library's time the
 # median of them; a null patch spread 2-3% per process with 5, sm90a v46 / v47).
 # --sustained: after those, scripts/bench_sustained.py with A as --lib and the other variants as
-# --variant (v1, v2, ... in its table are B, C, ...), with ARGS (its --dims, --seqlens, --causal,
-# --seconds, --trials): every variant and the peer in batches of about --seconds each, with the
-# median SM clock and power of each, so that a change's ratio comes with its clock (whether its
-# cycles turn into time where the power cap holds the clock: docs/performance.md, sm90a v78). Its
-# output goes to $OUT/sustained.txt. Outside --deadline's count.
+# --variant (v1, v2, ... in its table are B, C, ...), with --dims as built and ARGS (its
+# --seqlens, --causal, --seconds, --trials; its table prints at the end, within 500 s): every
+# variant and the peer in batches of about --seconds each, with the median SM clock and power of
+# each, so that a change's ratio comes with its clock (whether its cycles turn into time where the
+# power cap holds the clock: docs/performance.md, sm90a v78). Its output goes to
+# $OUT/sustained.txt. Outside --deadline's count.
 # Writes each run's CSV (bench-<variant>-<round>.csv) into $OUT/bench-csv.tar.gz (a device call
 # brings back at most 8 files).
 set -uo pipefail
@@ -234,9 +236,10 @@ fi
 if [ -n "$sustained" ]; then
   variant_flags=()
   for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
-  # $sustained unquoted: its words are bench_sustained.py's arguments.
-  timeout 400 python3 scripts/bench_sustained.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
-    --dir "$dir" $sustained > "$out/sustained.txt" 2> "$work/sustained.err" || tail -3 "$work/sustained.err"
+  read -ra sustained_args <<< "$sustained"
+  timeout 500 python3 scripts/bench_sustained.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
+    --dir "$dir" --dims "$dims" "${sustained_args[@]}" > "$out/sustained.txt" 2> "$work/sustained.err" ||
+    tail -3 "$work/sustained.err"
   log "sustained beside the peer (bench_sustained.py; v1, v2, ... are ${names[*]:1}):"
   cat "$out/sustained.txt"
 fi

@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // Key tiles from the last to the first. Tile i's S = Q K^T runs on the tensor cores while
     // this warpgroup waits for nothing but it; without K::kSplitTurns, from the second tile on,
     // the next tile's S and this tile's O += P V are in flight together, and with
-    // K::kSoftmaxOverlapsO the softmax of the next tile overlaps the O product.
+    // K::kSoftmaxOverlapsO or K::kSoftmaxBranches the softmax of the next tile overlaps the O product.
     Full::wait(&shared.q_full, item & 1);
     if (n_keys == 0) {
       release_pending_stage();
@@ -646,8 +646,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         issue_o(i - 1);
         turn_end();
         // S of tile i; O += P V of tile i - 1 may still run, reading tOrP (without
-        // K::kSoftmaxOverlapsO ptxas moves the full wait below up to before the exponentials). The
-        // score modifiers' kernel too, since their softcap takes a few registers (sm90a v65).
+        // K::kSoftmaxOverlapsO or K::kSoftmaxBranches ptxas moves the full wait below up to before
+        // the exponentials). The score modifiers' kernel too, since their softcap takes a few
+        // registers (sm90a v65).
         warpgroup_wait<1>();
         softmax_tile(i);
         warpgroup_wait<0>();
@@ -683,7 +684,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
             softmax.lse(0, half, sum);
       }
     }
-    // The warpgroup's staging tile, its address made here (opaque_zero).
+    // The warpgroup's staging tile, its address made here (opaque_zero). With K::kStageOInKv the
+    // item's last K and V stages are one ring position (K::kVStages == K::kStages there).
     const int last_stage = (kv_loads + K::kStages - 1) % K::kStages;
     constexpr int kTileElements = cosize_v<typename K::SmemLayoutO>;
     Element* const last_kv = (wg == 0 ? shared.k.data() : shared.v.data()) + last_stage * K::kKvStageElements;

@@ -108,8 +108,8 @@ struct FwdSm90 {
   static_assert(!kStageOInKv || kOStagingCols == kHeadDim,
                 "an output staged in a K or V stage takes the whole head dim");
   static constexpr int kKvStageElements = kBlockN * kHeadDim;
-  static_assert(kStages == 1 ||
-                    (SmemLayoutK{}(0, 0, 1) == kKvStageElements && SmemLayoutVt{}(0, 0, 1) == kKvStageElements),
+  static_assert((kStages == 1 || SmemLayoutK{}(0, 0, 1) == kKvStageElements) &&
+                    (kVStages == 1 || SmemLayoutVt{}(0, 0, 1) == kKvStageElements),
                 "K / V stages lie one after the other");
   static_assert(!kStageOInKv || kVStages == kStages, "an output staged in a K or V stage: one ring position");
   static_assert(!kSoftmaxBranches || (!kSoftmaxOverlapsO && !kSplitTurns), "one form of the softmax's overlap");
