@@ -2,25 +2,26 @@
 """flashattn (its C API through scripts/flashattn_ctypes.py), PyTorch's FlashAttention-2 and cuDNN
 backends of scaled_dot_product_attention (with --sm80 our cuda-sm80 forward too, with --variant
 other builds of our library) on the same tensors at each point of the standard grid (16k tokens,
-heads * d = 2048, bf16; --tokens and --heads change the batch and heads), timed in alternation: per point, `rounds` rounds of one batch of `repeat`
-back-to-back calls per library (CUDA events around the batch, so that host overhead between calls is
-hidden as in an engine's stream), each library's time the median of its rounds. Alternating within a
-point keeps the GPU's clock drift (its temperature follows the last minutes of work) from favouring
-whichever library a grid-by-grid comparison runs first. Each round takes the libraries in a new
-random order, drawn afresh in every round of every point and process (--seed repeats a run's), so
-that no library always follows the same one: a rotation of one list kept each library's predecessor,
-and one build timed right after another of the same kernel ran it 1.4-3.2% faster at d 256 without a
-mask, 512 keys, in four processes of four; one shuffle per round index, the same at every point and
-in every process, gave one build of a kernel 0.970x another's at d 256 8k in two processes of two
-(docs/performance.md, sm90a v47 and the grid after v45). Each timed batch follows, with no gap,
-untimed calls of the same library for about --warmup-ms: under the power cap a batch starts at the
-clock the previous library's batch left, and the calls timed one by one (--per-call; d 128, 16k
-keys) showed our backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones
-without a mask (FA2's 3 / 0 / 0%), and both ramping over 60-80 ms under a causal mask
-(docs/performance.md): without the warm-up a batch times the previous library's power draw as much
-as its own. The forward of the peers is timed on tensors that do not require gradients (their
-fastest, inference kernels); ours writes lse as well. Prints the bf16 GEMM rate (its batches warmed
-up alike) and a table. Runs on the device machine only."""
+heads * d = 2048, bf16; --tokens and --heads change the batch and heads), timed in alternation: per
+point, `rounds` rounds of one batch of `repeat` back-to-back calls per library (CUDA events around
+the batch, so that host overhead between calls is hidden as in an engine's stream), each library's
+time the median of its rounds. Alternating within a point keeps the GPU's clock drift (its
+temperature follows the last minutes of work) from favouring whichever library a grid-by-grid
+comparison runs first. Each round takes the libraries in a new random order, drawn afresh in every
+round of every point and process (--seed repeats a run's), so that no library always follows the
+same one: a rotation of one list kept each library's predecessor, and one build timed right after
+another of the same kernel ran it 1.4-3.2% faster at d 256 without a mask, 512 keys, in four
+processes of four; one shuffle per round index, the same at every point and in every process, gave
+one build of a kernel 0.970x another's at d 256 8k in two processes of two (docs/performance.md,
+sm90a v47 and the grid after v45). Each timed batch follows, with no gap, untimed calls of the same
+library for about --warmup-ms: under the power cap a batch starts at the clock the previous
+library's batch left, and the calls timed one by one (--per-call; d 128, 16k keys) showed our
+backward's first three calls of a batch 19 / 11 / 3.5% slower than its last ones without a mask
+(FA2's 3 / 0 / 0%), and both ramping over 60-80 ms under a causal mask (docs/performance.md):
+without the warm-up a batch times the previous library's power draw as much as its own. The forward
+of the peers is timed on tensors that do not require gradients (their fastest, inference kernels);
+ours writes lse as well. Prints the bf16 GEMM rate (its batches warmed up alike) and a table. Runs
+on the device machine only."""
 import argparse
 import contextlib
 import math

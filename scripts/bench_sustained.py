@@ -9,8 +9,8 @@ tensors and runs each library's batch --reps times, the libraries' order swapped
 point's figure is the median over its batches, with the median clock and power during them. With
 --variant, other builds of the library take their batches in the same order, reversed every trial
 (an even --trials puts each first as often as last; their columns and their ratio to ours follow
-the peer's): whether a change's cycles turn into time at the clock the
-power cap allows (docs/performance.md, sm90a v78).
+the peer's): whether a change's cycles turn into time at the clock the power cap allows
+(docs/performance.md, sm90a v78).
 The burst grids (bench_interleaved.py) time 10 calls at whatever clock the previous batch left;
 docs/performance.md has both kinds side by side. Runs on the device machine only."""
 import argparse
@@ -53,7 +53,6 @@ def point_fns(lib, variants, direction, d, seqlen, causal):
     lse = torch.empty((b, h, seqlen), device="cuda", dtype=torch.float32)
     grads = [torch.empty_like(q) for _ in range(3)] if direction == "bwd" else [None] * 3
     ours = Ours(lib, "cuda", q, k, v, out, lse, dout, *grads, causal)
-    others = [Ours(vlib, "cuda", q, k, v, out, lse, dout, *grads, causal) for vlib in variants]
     backend = PEER[direction][1]
     if direction == "fwd":
         def peer():
@@ -69,7 +68,8 @@ def point_fns(lib, variants, direction, d, seqlen, causal):
             with sdpa_kernel(backend):
                 torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True)
     fns = {"ours": lambda: ours.run(direction), PEER[direction][0]: peer}
-    for i, other in enumerate(others, 1):
+    for i, vlib in enumerate(variants, 1):
+        other = Ours(vlib, "cuda", q, k, v, out, lse, dout, *grads, causal)
         fns[f"v{i}"] = lambda other=other: other.run(direction)
     return fns
 
