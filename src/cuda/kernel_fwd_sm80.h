@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt) acc_o[mt][dt][0] = acc_o[mt][dt][1] = acc_o[mt][dt][2] = acc_o[mt][dt][3] = 0.f;
-  OnlineSoftmax<kM> softmax(plain_scores ? p.scale * kLog2e : 1.f);
+  // The slack only without score modifiers: their instantiation's spills grew with it (not timed).
+  OnlineSoftmax<kM, kScoreMods ? 0 : K::kMaxSlack> softmax(plain_scores ? p.scale * kLog2e : 1.f);
   FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4, pack};
 
   // Key tiles from the last to the first: with causal masks the masked diagonal tile comes first.
@@ -147,9 +148,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
     if (!plain_scores) apply_score_mods(s, mod, p.softcap_in, origin);
     if (n_block < unmasked.min || n_block >= unmasked.max) apply_mask(s, mod, origin);
     uint32_t p16[kM][K::kNTiles][2];  // P in 16 bits, with K::kRoundPEarly (tile_size.h)
-    // The slack only without score modifiers: their instantiation's spills grew with it (not timed).
-    constexpr int kMaxSlack = kScoreMods ? 0 : K::kMaxSlack;
-    softmax.template update<kMaxSlack>(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
+    softmax.update(s, acc_o, [&](float& x0, float& x1, int mt, int half, int nt) {
       if (kScoreMods && p.dropout_threshold != 0) {
         dropout_pair(x0, x1, rng, p.dropout_scale, origin.row0 + mt * 16 + origin.g + 8 * half,
                      origin.col0 + nt * 8 + 2 * origin.t);

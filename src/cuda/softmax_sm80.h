@@ -140,7 +140,14 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // Running max and sum of each of the thread's rows. The scores arrive in the units of s; times
 // score_scale they are log2 units (on the plain path s holds raw dots and score_scale folds the
 // softmax scale into one FFMA per element: p = 2^(dot * c - max * c), c = scale * log2(e)).
-template <int kM>
+// kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kMaxSlack in log2 units,
+// so that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
+// relative to a smaller base). The weights are then taken against max + kMaxSlack, so that they
+// stay at most 1: weights above 1, which the kept max gives wherever a row's max grew, cost the O
+// product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200; docs/performance.md,
+// sm90a v79). The sums lie in [2^-kMaxSlack, keys], far inside f32's range, and the weights lose
+// nothing but those under 2^-126 after the shift, which were 2^-118 of the row's largest at most.
+template <int kM, int kMaxSlack = 0>
 struct OnlineSoftmax {
   float row_max[kM][2];  // in the units of s
   float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
@@ -156,15 +163,15 @@ struct OnlineSoftmax {
 
   // s <- unnormalised weights 2^(s * c - max * c) of this tile; acc_o rescaled to the new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
-  // place for dropout, fused here so that the weights are visited once). kMaxSlack: as in
-  // update_scores; a row of O is rescaled only where some lane of the warp has a correction.
-  template <int kMaxSlack = 0, int kNTiles, int kDTiles, class AfterSum>
+  // place for dropout, fused here so that the weights are visited once). With kMaxSlack a row of O
+  // is rescaled only where some lane of the warp has a correction.
+  template <int kNTiles, int kDTiles, class AfterSum>
   __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
                                          AfterSum after_sum) {
     // Each row of O rescaled as soon as its correction is known, before the row's weights: the
     // order the sm80 kernels' register allocation is tuned for (rescaling after all weights made
     // the few-rows tile spill 412 bytes at d 128 instead of 84).
-    update_scores<false, kMaxSlack>(
+    update_scores<false>(
         s,
         [&](int mt, int half, float correction) {
           if (kMaxSlack == 0 || __any_sync(0xffffffffu, correction != 1.f)) rescale_row(acc_o, mt, half, correction);
@@ -177,11 +184,7 @@ struct OnlineSoftmax {
   // on_correction(mt, half, c) receives each row's O correction, for rescale() once O is free.
   // kTreeReduce: the row's max and sum over the tile as balanced trees (tree_reduce) rather than
   // running accumulators, for a kernel whose softmax span is its limit (the sm90a forward's tiles).
-  // kMaxSlack > 0: a row keeps its max while the tile's exceeds it by at most kMaxSlack in log2
-  // units, so the weights reach at most 2^kMaxSlack and O's correction is exactly 1: the kernel
-  // may skip the rescale (the result is the same softmax, taken relative to a smaller base; f32
-  // sums and 16-bit weights hold 2^kMaxSlack with room to spare).
-  template <bool kTreeReduce = false, int kMaxSlack = 0, int kNTiles, class OnCorrection, class AfterSum>
+  template <bool kTreeReduce = false, int kNTiles, class OnCorrection, class AfterSum>
   __device__ __forceinline__ void update_scores(float (&s)[kM][kNTiles][4], OnCorrection on_correction,
                                                 AfterSum after_sum) {
 #pragma unroll
@@ -203,8 +206,8 @@ struct OnlineSoftmax {
           new_max = row_max[mt][half];
         }
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
-        const float base = new_max == -INFINITY ? 0.f : new_max * score_scale;
-        const float correction = fast_exp2(row_max[mt][half] * score_scale - base);
+        const float base = new_max == -INFINITY ? 0.f : new_max * score_scale + float(kMaxSlack);
+        const float correction = fast_exp2(row_max[mt][half] * score_scale + float(kMaxSlack) - base);
         row_max[mt][half] = new_max;
         row_sum[mt][half] *= correction;
         on_correction(mt, half, correction);
@@ -246,7 +249,7 @@ struct OnlineSoftmax {
   // absolute error near 1e-6 where logf took a 25-instruction polynomial, sm90a v55).
   __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
   __device__ __forceinline__ float lse(int mt, int half, float sum) const {
-    return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + __logf(sum) : -INFINITY;
+    return sum > 0.f ? (row_max[mt][half] * score_scale + float(kMaxSlack)) * kLn2 + __logf(sum) : -INFINITY;
   }
 };
 
