@@ -161,7 +161,8 @@ struct OnlineSoftmax {
     }
   }
 
-  // s <- unnormalised weights 2^(s * c - max * c) of this tile; acc_o rescaled to the new max.
+  // s <- unnormalised weights 2^(s * c - max * c - kMaxSlack) of this tile; acc_o rescaled to the
+  // new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
   // place for dropout, fused here so that the weights are visited once). With kMaxSlack a row of O
   // is rescaled only where some lane of the warp has a correction.
