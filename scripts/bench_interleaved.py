@@ -145,7 +145,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--data", default="normal", choices=["normal", "uniform"],
-                        help="inputs N(0, 1) (torch.randn) or uniform in [-1, 1] (as `flashattn bench`)")
+                        help="inputs N(0, 1) (torch.randn, as `flashattn bench`) or uniform in [-1, 1] (as the tests)")
     parser.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
                         help="the memory order of q, k, v (bshd: as `flashattn bench`; the peers get views)")
     parser.add_argument("--warmup-ms", type=float, default=100.0,

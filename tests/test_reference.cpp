@@ -710,6 +710,27 @@ TEST(ReferenceSemantics, HugeWindowsAreUnbounded) {
   }
 }
 
+// The benchmark's inputs (AttnCase::normal_inputs, as torch.randn): q, k, v and dout drawn N(0, 1),
+// where the tests' uniform draws in [-1, 1] have variance 1/3 and nothing beyond 1.
+TEST(TestData, NormalInputsHaveUnitVariance) {
+  AttnCase c;
+  c.batch = 2, c.seqlen_q = c.seqlen_k = 256, c.heads_q = c.heads_kv = 4, c.d = 64, c.dtype = FLASHATTN_F32;
+  c.normal_inputs = true;
+  AttnData data = make_attn_data(c);
+  data.prepare_backward();
+  for (const Buffer* b : {&data.q, &data.k, &data.v, &data.dout}) {
+    double sum = 0, squares = 0, beyond_one = 0;
+    for (int64_t i = 0; i < b->numel(); ++i) {
+      const double x = b->get(i);
+      sum += x, squares += x * x, beyond_one += std::abs(x) > 1.0;
+    }
+    const double n = double(b->numel()), mean = sum / n;  // 131,072 draws: bounds of about 7 sigma
+    EXPECT_NEAR(mean, 0.0, 0.02);
+    EXPECT_NEAR(squares / n - mean * mean, 1.0, 0.03);
+    EXPECT_NEAR(beyond_one / n, 0.3173, 0.01);  // P(|x| > 1) for N(0, 1)
+  }
+}
+
 // The heads run on several threads, each writing only its own rows: the thread count changes no
 // bit (dropout, GQA and varlen on, so that every per-head input is in play).
 TEST(ReferenceThreads, ResultsIdenticalAcrossThreadCounts) {

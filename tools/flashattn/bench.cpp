@@ -41,6 +41,7 @@ const CommandSpec kBench{
      {"dims", "D,...", "head dims"},
      {"dtype", "T", "f32, f16 or bf16 (default bf16)"},
      {"layout", "L", "tensors stored bshd, or bhsd as PyTorch's contiguous tensors (default bshd)"},
+     {"data", "D", "inputs normal (N(0, 1), as torch.randn) or uniform in [-1, 1] (default normal)"},
      kBackendFlag,
      kThreadsFlag,
      {"fwd-only", nullptr, "skip the backward"},
@@ -123,6 +124,10 @@ int bench_command(int argc, char** argv) {
   const flashattn_dtype dtype = parse_dtype("dtype", flags.get_string("dtype", "bf16"));
   const std::string layout = flags.get_string("layout", "bshd");
   if (layout != "bshd" && layout != "bhsd") throw UsageError("--layout: expected bshd or bhsd, got '" + layout + "'");
+  const std::string inputs = flags.get_string("data", "normal");
+  if (inputs != "normal" && inputs != "uniform") {
+    throw UsageError("--data: expected normal or uniform, got '" + inputs + "'");
+  }
   const bool bwd = !flags.has("fwd-only");
   if (!bwd && flags.has("deterministic")) throw UsageError("--deterministic times the backward: drop --fwd-only");
   const bool deterministic = flags.has("deterministic");
@@ -152,6 +157,7 @@ int bench_command(int argc, char** argv) {
     c.d = rows[i].d;
     c.dtype = dtype;
     c.heads_major = layout == "bhsd";
+    c.normal_inputs = inputs == "normal";
     testing::AttnData data = testing::make_attn_data(c);
     for (Row* row : {&rows[i], &rows[i + shapes]}) {
       data.c.causal = row->causal;
@@ -168,7 +174,8 @@ int bench_command(int argc, char** argv) {
   progress.done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
   if (csv) return 0;
-  std::printf("%s, %s, backend %s", flashattn_dtype_string(dtype), layout.c_str(), backend_name(used));
+  std::printf("%s, %s, inputs %s, backend %s", flashattn_dtype_string(dtype), layout.c_str(),
+              inputs == "normal" ? "N(0, 1)" : "uniform in [-1, 1]", backend_name(used));
   if (cpu) std::printf(", %s", threads_text(exec.threads).c_str());
   std::printf(", %lld tokens (batch = tokens / seqlen), heads * d = %lld, median of %d\n",
               (long long)tokens, (long long)kHiddenDim, exec.repeat);

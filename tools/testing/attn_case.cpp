@@ -127,6 +127,12 @@ void Buffer::fill_random(uint64_t seed, double lo, double hi) {
   for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, dist(rng)); });
 }
 
+void Buffer::fill_normal(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, dist(rng)); });
+}
+
 void Buffer::fill(double value) {
   for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, value); });
 }
@@ -156,6 +162,7 @@ std::string AttnCase::describe() const {
   if (softcap > 0) os << "_softcap";
   if (alibi) os << (alibi_per_batch ? "_alibib" : "_alibi") << (alibi_negative ? "neg" : "");
   if (dropout_p > 0) os << "_drop" << int(dropout_p * 100);
+  if (normal_inputs) os << "_normal";
   if (varlen) os << (seqused_k ? "_varlenused" : "_varlen");
   if (page_size > 0) os << "_paged" << page_size;
   else if (kv_cache) os << "_cache";
@@ -261,7 +268,11 @@ AttnData make_attn_data(const AttnCase& c) {
     data.out = Buffer(c.dtype, {B, c.seqlen_q, c.heads_q, dv}, pad, order(4));
     if (c.lse) data.lse = Buffer(FLASHATTN_F32, {B, c.heads_q, c.seqlen_q});
   }
-  data.q.fill_random(next_seed());
+  auto fill_input = [&](Buffer& b) {
+    if (c.normal_inputs) b.fill_normal(next_seed());
+    else b.fill_random(next_seed());
+  };
+  fill_input(data.q);
   data.out.fill(kNaN);
   if (data.lse.present()) data.lse.fill(kNaN);
 
@@ -270,8 +281,8 @@ AttnData make_attn_data(const AttnCase& c) {
     data.k = Buffer(c.dtype, {cu.back(), c.heads_kv, c.d}, pad, order(3));
     data.v = Buffer(c.dtype, {cu.back(), c.heads_kv, dv}, pad, order(3));
     data.cu_seqlens_k = make_i32(cu);
-    data.k.fill_random(next_seed());
-    data.v.fill_random(next_seed());
+    fill_input(data.k);
+    fill_input(data.v);
     if (c.seqused_k) {
       std::vector<int64_t> used(B);
       for (int64_t b = 0; b < B; ++b) used[b] = b == 0 ? stored_k[b] : uniform_int(0, stored_k[b]);
@@ -297,16 +308,16 @@ AttnData make_attn_data(const AttnCase& c) {
       fill_cache(data.k, cache_len, Buffer(), 0, rng);
       fill_cache(data.v, cache_len, Buffer(), 0, rng);
     } else {
-      data.k.fill_random(next_seed());
-      data.v.fill_random(next_seed());
+      fill_input(data.k);
+      fill_input(data.v);
     }
   }
 
   if (c.seqlen_new > 0) {
     data.k_new = Buffer(c.dtype, {B, c.seqlen_new, c.heads_kv, c.d});
     data.v_new = Buffer(c.dtype, {B, c.seqlen_new, c.heads_kv, dv});
-    data.k_new.fill_random(next_seed());
-    data.v_new.fill_random(next_seed());
+    fill_input(data.k_new);
+    fill_input(data.v_new);
     if (c.rotary_dim > 0) {
       const int64_t half = c.rotary_dim / 2, positions = c.seqlen_k + c.seqlen_q;
       data.rotary_cos = Buffer(c.dtype, {positions, half});
@@ -340,7 +351,8 @@ void AttnData::prepare_backward() {
   const int64_t pad = c.strided ? kRowPad : 0;
   auto like = [&](const Buffer& b) { return Buffer(b.dtype(), b.shape(), pad, b.storage_order()); };
   dout = like(out);
-  dout.fill_random(c.seed ^ 0x5eedu);
+  if (c.normal_inputs) dout.fill_normal(c.seed ^ 0x5eedu);
+  else dout.fill_random(c.seed ^ 0x5eedu);
   dq = like(q);
   dk = like(k);
   dv = like(v);

@@ -40,6 +40,7 @@ class Buffer {
   void set_i32(int64_t index, int32_t value);
 
   void fill_random(uint64_t seed, double lo = -1.0, double hi = 1.0);
+  void fill_normal(uint64_t seed);  // N(0, 1), as torch.randn
   void fill(double value);
   bool guards_intact() const;
   void* data() const { return tensor_.data; }
@@ -92,6 +93,10 @@ struct AttnCase {
   bool heads_major = false;
   int num_splits = 0;    // forward: the CUDA split-KV request (0 automatic, 1 off)
   uint64_t seed = 1;     // input data
+  // q, the dense or varlen k / v, the new keys and dout drawn N(0, 1) (as torch.randn, the peers'
+  // benchmarks) instead of uniformly in [-1, 1] (the tests' tolerances assume the latter). The
+  // kernels' speed may follow the inputs (docs/performance.md, sm90a v79).
+  bool normal_inputs = false;
 
   int64_t head_dim_v() const { return dv > 0 ? dv : d; }
   bool has_cache() const { return kv_cache || page_size > 0 || seqlen_new > 0; }
