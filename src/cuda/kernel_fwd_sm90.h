@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -467,7 +468,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // descriptors took 48 moves into them per iteration at d 128).
     const WarpgroupKeys own = warpgroup_keys<K, kWarpgroupKeys>(p, w, cutlass::canonical_warp_group_idx() - 1);
     const bool plain_scores = !kScoreMods || (p.softcap == 0.f && w.slope == 0.f);
-    OnlineSoftmax<1, K::kMaxSlack> softmax(plain_scores ? p.scale * kLog2e : 1.f);
+    // bf16 weights are scaled to stay at most 1 (OnlineSoftmax), f16's are not.
+    OnlineSoftmax<1, K::kMaxSlack, std::is_same_v<Element, cutlass::bfloat16_t>> softmax(
+        plain_scores ? p.scale * kLog2e : 1.f);
     // The thread's place is read again per item rather than held across items (at d 256 the
     // register allocator spilled it).
     const int lane = cutlass::canonical_lane_idx(), warp = cutlass::canonical_warp_idx_sync() - 4;
@@ -675,8 +678,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = softmax.sum(0, half);
-      // By the special-function unit: a row's sum lies in [2^-kMaxSlack, keys], far inside
-      // __fdividef's range (+2% at d 64 causal below 8k keys, sm90a v55).
+      // By the special-function unit: a row's sum lies in [2^-kMaxSlack, keys x 2^kMaxSlack], far
+      // inside __fdividef's range (+2% at d 64 causal below 8k keys, sm90a v55).
       inv[half] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
       const int row = origin.row0 + origin.g + 8 * half;
       if (p.lse != nullptr && origin.t == 0 && row < p.seqlen_q) {

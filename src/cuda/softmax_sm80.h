@@ -142,13 +142,17 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // softmax scale into one FFMA per element: p = 2^(dot * c - max * c), c = scale * log2(e)).
 // kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kMaxSlack in log2 units,
 // so that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
-// relative to a smaller base). The weights are then taken against max + kMaxSlack, so that they
-// stay at most 1: weights above 1, which the kept max gives wherever a row's max grew, cost the O
-// product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200; docs/performance.md,
-// sm90a v79). The sums lie in [2^-kMaxSlack, keys], far inside f32's range, and the weights lose
-// nothing but those under 2^-126 after the shift, which were 2^-118 of the row's largest at most.
-template <int kM, int kMaxSlack = 0>
+// relative to a smaller base); the weights then reach 2^kMaxSlack.
+// kWeightsAtMostOne (bf16 weights, with a slack): the weights are taken against max + kMaxSlack
+// instead, p = 2^(dot * c - max * c - kMaxSlack), scaled by 2^-kMaxSlack to stay at most 1: above 1
+// they cost the O product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200;
+// docs/performance.md, sm90a v79). bf16 has f32's exponent range, so the scaled weights lose
+// only those under 2^-126, at most 2^-118 of the row's largest; f16's subnormals start at 2^-14,
+// which the scale would bring 8 binades closer to the largest weight (its accuracy lost several
+// percent on a row with one dominant key, by a model of the kernel): f16 weights stay unscaled.
+template <int kM, int kMaxSlack = 0, bool kWeightsAtMostOne = false>
 struct OnlineSoftmax {
+  static constexpr int kBaseShift = kWeightsAtMostOne ? kMaxSlack : 0;  // log2 units
   float row_max[kM][2];  // in the units of s
   float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
   float score_scale;
@@ -161,8 +165,8 @@ struct OnlineSoftmax {
     }
   }
 
-  // s <- unnormalised weights 2^(s * c - max * c - kMaxSlack) of this tile; acc_o rescaled to the
-  // new max.
+  // s <- unnormalised weights 2^(s * c - max * c) of this tile (with kWeightsAtMostOne, times
+  // 2^-kMaxSlack); acc_o rescaled to the new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
   // place for dropout, fused here so that the weights are visited once). With kMaxSlack a row of O
   // is rescaled only where some lane of the warp has a correction.
@@ -206,9 +210,16 @@ struct OnlineSoftmax {
         if (kMaxSlack > 0 && (new_max - row_max[mt][half]) * score_scale <= float(kMaxSlack)) {
           new_max = row_max[mt][half];
         }
-        // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN.
-        const float base = new_max == -INFINITY ? 0.f : new_max * score_scale + float(kMaxSlack);
-        const float correction = fast_exp2(row_max[mt][half] * score_scale + float(kMaxSlack) - base);
+        // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN. Without
+        // a shift the expressions stay as they were, each a single FFMA (+ 0.f is no identity).
+        float base, correction;
+        if constexpr (kBaseShift == 0) {
+          base = new_max == -INFINITY ? 0.f : new_max * score_scale;
+          correction = fast_exp2(row_max[mt][half] * score_scale - base);
+        } else {
+          base = new_max == -INFINITY ? 0.f : new_max * score_scale + float(kBaseShift);
+          correction = fast_exp2(row_max[mt][half] * score_scale + float(kBaseShift) - base);
+        }
         row_max[mt][half] = new_max;
         row_sum[mt][half] *= correction;
         on_correction(mt, half, correction);
@@ -250,7 +261,11 @@ struct OnlineSoftmax {
   // absolute error near 1e-6 where logf took a 25-instruction polynomial, sm90a v55).
   __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
   __device__ __forceinline__ float lse(int mt, int half, float sum) const {
-    return sum > 0.f ? (row_max[mt][half] * score_scale + float(kMaxSlack)) * kLn2 + __logf(sum) : -INFINITY;
+    if constexpr (kBaseShift == 0) {
+      return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + __logf(sum) : -INFINITY;
+    } else {
+      return sum > 0.f ? (row_max[mt][half] * score_scale + float(kBaseShift)) * kLn2 + __logf(sum) : -INFINITY;
+    }
   }
 };
 

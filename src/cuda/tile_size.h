@@ -101,7 +101,7 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // their max skips O's rescale, which is then most tiles' (0: the max follows every tile and O is
 // always rescaled). Above d 64, where O is 48-128 floats per thread: 1.01-1.07x from 1k at d 128
 // and 256; at d 64 (32 floats) the test costs more than the skipped rescale saves: 0.93-1.00x
-// (sm90a v11, before the weights were offset by 2^-kMaxSlack to stay at most 1: OnlineSoftmax;
+// (sm90a v11, before bf16 weights were scaled by 2^-kMaxSlack to stay at most 1: OnlineSoftmax;
 // above 1 they cost d 128 calls with N(0, 1) inputs about 5% of their cycles, sm90a v79). No tile
 // prefetches an item's Q and first K / V tiles into L2 as the producer takes it: at d 256, where Q
 // is largest against an item's work, that gained 1.02-1.05x at 512 / 1k without a mask in v12, but
