@@ -211,7 +211,7 @@ struct OnlineSoftmax {
           new_max = row_max[mt][half];
         }
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN. Without
-        // a shift the expressions stay as they were, each a single FFMA (+ 0.f is no identity).
+        // a shift the plain expressions: + 0.f is no identity and would cost the correction an FADD.
         float base, correction;
         if constexpr (kBaseShift == 0) {
           base = new_max == -INFINITY ? 0.f : new_max * score_scale;
