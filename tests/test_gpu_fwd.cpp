@@ -327,6 +327,37 @@ TEST(GpuForwardDeterminism, HundredRunsBitwiseEqual) {
   }
 }
 
+// Every row with one key about 10.5 nats above the rest (q >= 0, key 1000 of every head 21 / sqrt(d)
+// in each element), so that the other weights sit near e^-10.5 of the largest: the slack's kernels
+// must keep them in the element type's normal range. Scaled by 2^-8 to stay at most 1, f16's would
+// meet its subnormals and lose their mass (about 4e-2 of out in a model of the kernel), which is
+// why only bf16 weights are scaled (OnlineSoftmax). Each dtype on both plans of a Hopper GPU: the
+// sm90a pair kernel (two query tiles, 2k keys, unsplit) and the sm80 kernels.
+TEST(GpuForwardWideScores, OneDominantKeyPerRow) {
+  SKIP_WITHOUT_GPU();
+  const bool hopper = device_has_sm90_kernels();
+  int ran = 0;
+  for (flashattn_dtype dtype : {FLASHATTN_F16, FLASHATTN_BF16}) {
+    for (int64_t d : {128, 256}) {
+      AttnCase c = shape(256, 2048, d, dtype);
+      c.batch = 1, c.heads_q = c.heads_kv = 2, c.num_splits = 1;
+      if (!kernel_built(c, /*backward=*/false)) continue;
+      AttnData data = make_attn_data(c);
+      for (int64_t i = 0; i < data.q.numel(); ++i) data.q.set(i, std::abs(data.q.get(i)));
+      const int64_t dominant = 1000;
+      for (int64_t h = 0; h < c.heads_kv; ++h) {
+        for (int64_t e = 0; e < d; ++e) data.k.set((dominant * c.heads_kv + h) * d + e, 21.0 / std::sqrt(double(d)));
+      }
+      for (flashattn_backend backend : {FLASHATTN_BACKEND_CUDA, FLASHATTN_BACKEND_CUDA_SM80}) {
+        if (backend == FLASHATTN_BACKEND_CUDA_SM80 && !hopper) continue;
+        expect_pass(check_fwd(data, backend), c);
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no d 128 / 256 forward kernel in this build";
+}
+
 // The dropout keep mask is the CPU backend's, bit for bit: with p close to 1 almost every kept
 // element changes out, so any mask difference shows far above the tolerance.
 TEST(GpuForwardDropout, MaskEqualsCpu) {
