@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "core/philox.h"
 #include "core/score_mod.h"
@@ -118,9 +117,8 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinCtasPerSm) fwd_kernel_sm80
 #pragma unroll
     for (int dt = 0; dt < K::kDTiles; ++dt) acc_o[mt][dt][0] = acc_o[mt][dt][1] = acc_o[mt][dt][2] = acc_o[mt][dt][3] = 0.f;
   // The slack only without score modifiers: their instantiation's spills grew with it (not timed).
-  // bf16 weights are scaled to stay at most 1 (OnlineSoftmax), f16's are not.
-  OnlineSoftmax<kM, kScoreMods ? 0 : K::kMaxSlack, std::is_same_v<Element, cutlass::bfloat16_t>> softmax(
-      plain_scores ? p.scale * kLog2e : 1.f);
+  constexpr int kMaxSlack = kScoreMods ? 0 : K::kMaxSlack;
+  OnlineSoftmax<kM, kMaxSlack, Element> softmax(plain_scores ? p.scale * kLog2e : 1.f);
   FragmentOrigin origin{m_start + warp_row0, 0, lane / 4, lane % 4, pack};
 
   // Key tiles from the last to the first: with causal masks the masked diagonal tile comes first.

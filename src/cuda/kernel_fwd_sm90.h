@@ -26,7 +26,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -468,9 +467,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // descriptors took 48 moves into them per iteration at d 128).
     const WarpgroupKeys own = warpgroup_keys<K, kWarpgroupKeys>(p, w, cutlass::canonical_warp_group_idx() - 1);
     const bool plain_scores = !kScoreMods || (p.softcap == 0.f && w.slope == 0.f);
-    // bf16 weights are scaled to stay at most 1 (OnlineSoftmax), f16's are not.
-    OnlineSoftmax<1, K::kMaxSlack, std::is_same_v<Element, cutlass::bfloat16_t>> softmax(
-        plain_scores ? p.scale * kLog2e : 1.f);
+    OnlineSoftmax<1, K::kMaxSlack, Element> softmax(plain_scores ? p.scale * kLog2e : 1.f);
     // The thread's place is read again per item rather than held across items (at d 256 the
     // register allocator spilled it).
     const int lane = cutlass::canonical_lane_idx(), warp = cutlass::canonical_warp_idx_sync() - 4;
@@ -553,7 +550,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if constexpr (K::kSoftmaxOverlapsO) release_read_stages();
     };
     auto rescale = [&] {
-      if (rescale_o) OnlineSoftmax<1>::rescale(acc_o, correction);
+      if (rescale_o) decltype(softmax)::rescale(acc_o, correction);
     };
     // P of the last softmax into the O product's register operand: the accumulator's register
     // order is the A operand's, so element by element.

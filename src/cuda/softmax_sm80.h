@@ -5,6 +5,9 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
+
+#include <cutlass/numeric_types.h>
 
 #include "core/math_constants.h"
 #include "core/philox.h"
@@ -143,16 +146,17 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kMaxSlack in log2 units,
 // so that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
 // relative to a smaller base); the weights then reach 2^kMaxSlack.
-// kWeightsAtMostOne (bf16 weights, with a slack): the weights are taken against max + kMaxSlack
-// instead, p = 2^(dot * c - max * c - kMaxSlack), scaled by 2^-kMaxSlack to stay at most 1: above 1
+// Weight: the weights' 16-bit type (the O product's operand). bf16 weights with a slack are taken
+// against max + kMaxSlack instead, p = 2^(dot * c - max * c - kMaxSlack), scaled by 2^-kMaxSlack to
+// stay at most 1: above 1
 // they cost the O product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200;
 // docs/performance.md, sm90a v79). bf16 has f32's exponent range, so the scaled weights lose
 // only those under 2^-126, at most 2^-118 of the row's largest; f16's subnormals start at 2^-14,
 // which the scale would bring 8 binades closer to the largest weight (its accuracy lost several
 // percent on a row with one dominant key, by a model of the kernel): f16 weights stay unscaled.
-template <int kM, int kMaxSlack = 0, bool kWeightsAtMostOne = false>
+template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
-  static constexpr int kBaseShift = kWeightsAtMostOne ? kMaxSlack : 0;  // log2 units
+  static constexpr int kBaseShift = std::is_same_v<Weight, cutlass::bfloat16_t> ? kMaxSlack : 0;  // log2 units
   float row_max[kM][2];  // in the units of s
   float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
   float score_scale;
@@ -165,8 +169,8 @@ struct OnlineSoftmax {
     }
   }
 
-  // s <- unnormalised weights 2^(s * c - max * c) of this tile (with kWeightsAtMostOne, times
-  // 2^-kMaxSlack); acc_o rescaled to the new max.
+  // s <- unnormalised weights 2^(s * c - max * c - kBaseShift) of this tile; acc_o rescaled to the
+  // new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
   // place for dropout, fused here so that the weights are visited once). With kMaxSlack a row of O
   // is rescaled only where some lane of the warp has a correction.
