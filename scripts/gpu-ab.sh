@@ -198,9 +198,12 @@ for (d, causal, seqlen), x in sorted(runs.items()):
     print(f'| {d} | {seqlen} | {causal} | ' + ' | '.join(cells) + ' | ' + ' | '.join(ratios) + ' |')
 PY
 
+# The patched variants' libraries, for the interleaved and the sustained timings (A is --lib).
+variant_flags=()
+for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
+
 if [ "$interleaved" -gt 0 ]; then
-  variant_flags=() bwd_flag=()
-  for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
+  bwd_flag=()
   [ $dir = bwd ] && bwd_flag=(--bwd)
   for n in $(seq 1 "$interleaved"); do
     timeout 300 python3 scripts/bench_interleaved.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
@@ -234,8 +237,6 @@ PY
 fi
 
 if [ -n "$sustained" ]; then
-  variant_flags=()
-  for v in "${names[@]:1}"; do variant_flags+=(--variant "$work/$v/build/src/libflashattn.so"); done
   read -ra sustained_args <<< "$sustained"
   timeout 500 python3 scripts/bench_sustained.py --lib "$work/A/build/src/libflashattn.so" "${variant_flags[@]}" \
     --dir "$dir" --dims "$dims" "${sustained_args[@]}" > "$out/sustained.txt" 2> "$work/sustained.err" ||
