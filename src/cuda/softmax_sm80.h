@@ -148,12 +148,13 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // relative to a smaller base); the weights then reach 2^kMaxSlack.
 // Weight: the weights' 16-bit type (the O product's operand). bf16 weights with a slack are taken
 // against max + kMaxSlack instead, p = 2^(dot * c - max * c - kMaxSlack), scaled by 2^-kMaxSlack to
-// stay at most 1: above 1
-// they cost the O product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200;
-// docs/performance.md, sm90a v79). bf16 has f32's exponent range, so the scaled weights lose
-// only those under 2^-126, at most 2^-118 of the row's largest; f16's subnormals start at 2^-14,
-// which the scale would bring 8 binades closer to the largest weight (its accuracy lost several
-// percent on a row with one dominant key, by a model of the kernel): f16 weights stay unscaled.
+// stay at most 1: above 1 they cost the O product cycles (about 5% of a d 128 call with N(0, 1)
+// inputs on an H200; docs/performance.md, sm90a v79). bf16 has f32's exponent range, so the scaled
+// weights lose only those under 2^-126, at most 2^-118 of the row's largest; f16's subnormals
+// start at 2^-14, which the scale would bring 8 binades closer to the largest weight (with 4k equal
+// weights 2^-15 under it, out would err four times the correctness rule's limit, by a model of the
+// kernel: tests/test_gpu_fwd.cpp, GpuForwardWideScores). So f16 weights stay unscaled, and its
+// slack's kernels pay those cycles (f16 at d 128: 1.02-1.05x with the scale, "v79 beyond the grid").
 template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
   static constexpr int kBaseShift = std::is_same_v<Weight, cutlass::bfloat16_t> ? kMaxSlack : 0;  // log2 units

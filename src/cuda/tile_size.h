@@ -101,14 +101,14 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // their max skips O's rescale, which is then most tiles' (0: the max follows every tile and O is
 // always rescaled). Above d 64, where O is 48-128 floats per thread: 1.01-1.07x from 1k at d 128
 // and 256; at d 64 (32 floats) the test costs more than the skipped rescale saves: 0.93-1.00x
-// (sm90a v11, before bf16 weights were scaled by 2^-kMaxSlack to stay at most 1: OnlineSoftmax;
-// above 1 they cost d 128 calls with N(0, 1) inputs about 5% of their cycles, sm90a v79). No tile
-// prefetches an item's Q and first K / V tiles into L2 as the producer takes it: at d 256, where Q
-// is largest against an item's work, that gained 1.02-1.05x at 512 / 1k without a mask in v12, but
-// v35's kernel ran 1.00-1.02x faster without it from 512 to 2k keys (at d 64 / 128 it never gained:
-// 0.95-1.01x; sm90a v12 / v19 / v39). kClusterPairs: calls
-// without softcap, ALiBi or a window's left edge (unmasked or causal), from
-// kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
+// (sm90a v11), and with the bf16 weights scaled to stay at most 1 (OnlineSoftmax; above 1 they
+// cost d 128 calls with N(0, 1) inputs about 5% of their cycles, sm90a v79) still 0.95-0.98x from
+// 1k keys on either d 64 tile (sm90a v80). No tile prefetches an item's Q and first K / V tiles
+// into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
+// gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster
+// without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
+// v39). kClusterPairs: calls without softcap, ALiBi or a window's left edge (unmasked or causal),
+// from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
 // (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head,
 // their rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V
 // bytes from L2, which at the power cap the long calls run under gives the SMs a higher clock
