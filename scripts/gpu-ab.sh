@@ -12,9 +12,9 @@
 # --bwd: the backward instead of the forward (built, benchmarked, tested).
 # --backend: the backend benchmarked (cuda-sm80: the sm80 forward on a Hopper GPU).
 # --bench-args: more arguments for every `flashattn bench` run (e.g. "--deterministic").
-# --tests: also run the forward (or backward) GPU tests with that gtest filter on every patched
-# variant (its build then includes the tests), so that a variant's figures come with its
-# correctness.
+# --tests: also run the forward (or backward) GPU tests with that gtest filter on every variant, A
+# included (the builds then include the tests), so that a variant's figures come with its
+# correctness, and a test meant to fail on a patched variant is seen to pass on A.
 # --dtypes: the dtypes built (default bf16: the benchmark times bf16; "bf16;f16" for a change whose
 # f16 tests matter).
 # --archs: the CUDA archs built (default 90a: the device is a Hopper GPU, where the sm80 kernels run
@@ -110,7 +110,7 @@ cmake_dims=${dims//,/;}
 for i in "${!names[@]}"; do
   v=${names[$i]} tree=$work/${names[$i]}
   scripts/variant-tree.sh "$tree" "${patches[$i]}" || exit 1
-  with_tests=OFF; [ -n "$tests" ] && [ "$v" != A ] && with_tests=ON
+  with_tests=OFF; [ -n "$tests" ] && with_tests=ON
   cmake -S "$tree" -B "$tree/build" -G Ninja -DFLASHATTN_ENABLE_CUDA=ON -DFLASHATTN_BUILD_BENCHMARKS=OFF \
     -DFLASHATTN_CUDA_ARCHS="$archs" -DFLASHATTN_BUILD_TESTS=$with_tests -DFLASHATTN_CUDA_BACKWARD=$([ $dir = bwd ] && echo ON || echo OFF) \
     -DCUTLASS_DIR="$root/.deps/cutlass/cutlass_library/source" -DFLASHATTN_HEAD_DIMS="$cmake_dims" \
