@@ -13,12 +13,13 @@
 namespace flashattn::cuda {
 
 // The query tile [m_start, m_start + m_rows) of head h of sequence b. Call after the last use of
-// `smem` by any warp and with no cp.async in flight.
-template <class K, int kM, int kMaxSlack>
+// `smem` by any warp and with no cp.async in flight. softmax: the kernel's OnlineSoftmax, whose
+// row sums normalise out and which gives lse (both functions here).
+template <class K, int kM, class Softmax>
 __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo& seq, int b, int h,
                                                int m_start, int m_rows, const FragmentOrigin& o,
                                                const float (&acc_o)[kM][K::kDTiles][4],
-                                               const OnlineSoftmax<kM, kMaxSlack, typename K::Element>& softmax,
+                                               const Softmax& softmax,
                                                typename K::Element* smem) {
   using Element = typename K::Element;
   const bool varlen_q = p.cu_seqlens_q != nullptr;
@@ -80,11 +81,11 @@ __device__ __forceinline__ void store_fwd_tile(const FwdParams& p, const SeqInfo
 // Split-KV: this split's normalised out rows and lse, in f32, into the workspace partials
 // (rows of a dense q: b * seqlen_q + i). A split with no key writes out 0 and lse -inf, which the
 // merge skips.
-template <class K, int kM, int kMaxSlack>
+template <class K, int kM, class Softmax>
 __device__ __forceinline__ void store_fwd_partial(const FwdParams& p, int b, int h, int split,
                                                   int m_start, int m_rows, const FragmentOrigin& o,
                                                   const float (&acc_o)[kM][K::kDTiles][4],
-                                                  const OnlineSoftmax<kM, kMaxSlack, typename K::Element>& softmax) {
+                                                  const Softmax& softmax) {
   const int64_t head_rows = (int64_t(split) * gridDim.y + h) * p.accum_rows + int64_t(b) * p.seqlen_q + m_start;
   const int warp_row0 = o.row0 - m_start;
 #pragma unroll
