@@ -143,21 +143,24 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // Running max and sum of each of the thread's rows. The scores arrive in the units of s; times
 // score_scale they are log2 units (on the plain path s holds raw dots and score_scale folds the
 // softmax scale into one FFMA per element: p = 2^(dot * c - max * c), c = scale * log2(e)).
-// kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kMaxSlack in log2 units,
-// so that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
-// relative to a smaller base); the weights then reach 2^kMaxSlack.
-// Weight: the weights' 16-bit type (the O product's operand). bf16 weights with a slack are taken
-// against max + kMaxSlack instead, p = 2^(dot * c - max * c - kMaxSlack), scaled by 2^-kMaxSlack to
-// stay at most 1: above 1 they cost the O product cycles (about 5% of a d 128 call with N(0, 1)
-// inputs on an H200; docs/performance.md, sm90a v79). bf16 has f32's exponent range, so the scaled
-// weights lose only those under 2^-126, at most 2^-118 of the row's largest; f16's subnormals
-// start at 2^-14, which the scale would bring 8 binades closer to the largest weight (with 4k equal
-// weights 2^-15 under it, out would err four times the correctness rule's limit, by a model of the
-// kernel: tests/test_gpu_fwd.cpp, GpuForwardWideScores). So f16 weights stay unscaled, and its
-// slack's kernels pay those cycles (f16 at d 128: 1.02-1.05x with the scale, "v79 beyond the grid").
+// kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kSlack in log2 units, so
+// that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
+// relative to a smaller base). The weights are then taken against max + kSlack, p = 2^(dot * c -
+// max * c - kSlack), so that they stay at most 1: above 1 they cost the O product cycles (about 5%
+// of a d 128 call with N(0, 1) inputs on an H200; docs/performance.md, sm90a v79).
+// Weight: the weights' 16-bit type (the O product's operand). bf16 has f32's exponent range: its
+// slack is the whole kMaxSlack, its weights losing only those under 2^-126, at most 2^-118 of the
+// row's largest. f16's subnormals start at 2^-14, and the shift brings them kSlack binades closer
+// to the largest weight: with the whole slack of 8 and 4k equal weights 2^-15 under the largest,
+// out erred four times the correctness rule's limit (tests/test_gpu_fwd.cpp, GpuForwardWideScores).
+// So f16's slack is at most kF16MaxSlack = 3, which a model of the kernel puts at a quarter of the
+// limit on that test and at 40% with 16k such keys (f16 at d 128 from 2k keys: 1.02-1.035x against
+// the unshifted weights, sm90a v81; a slack of 2 rescales O more often and gained less).
 template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
-  static constexpr int kBaseShift = std::is_same_v<Weight, cutlass::bfloat16_t> ? kMaxSlack : 0;  // log2 units
+  static constexpr int kF16MaxSlack = 3;
+  static constexpr int kSlack =
+      std::is_same_v<Weight, cutlass::bfloat16_t> || kMaxSlack < kF16MaxSlack ? kMaxSlack : kF16MaxSlack;
   float row_max[kM][2];  // in the units of s
   float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
   float score_scale;
@@ -170,10 +173,10 @@ struct OnlineSoftmax {
     }
   }
 
-  // s <- unnormalised weights 2^(s * c - max * c - kBaseShift) of this tile; acc_o rescaled to the
+  // s <- unnormalised weights 2^(s * c - max * c - kSlack) of this tile; acc_o rescaled to the
   // new max.
   // after_sum(x0, x1, mt, half, nt) sees each pair of weights once the row sum has taken them (the
-  // place for dropout, fused here so that the weights are visited once). With kMaxSlack a row of O
+  // place for dropout, fused here so that the weights are visited once). With kSlack a row of O
   // is rescaled only where some lane of the warp has a correction.
   template <int kNTiles, int kDTiles, class AfterSum>
   __device__ __forceinline__ void update(float (&s)[kM][kNTiles][4], float (&acc_o)[kM][kDTiles][4],
@@ -184,7 +187,7 @@ struct OnlineSoftmax {
     update_scores<false>(
         s,
         [&](int mt, int half, float correction) {
-          if (kMaxSlack == 0 || __any_sync(0xffffffffu, correction != 1.f)) rescale_row(acc_o, mt, half, correction);
+          if (kSlack == 0 || __any_sync(0xffffffffu, correction != 1.f)) rescale_row(acc_o, mt, half, correction);
         },
         after_sum);
   }
@@ -212,18 +215,18 @@ struct OnlineSoftmax {
         if constexpr (kTreeReduce) tile_max = tree_reduce(part, [](float a, float b) { return fmaxf(a, b); });
         float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
         // A row's first max (from -inf: the difference is +inf) is always taken.
-        if (kMaxSlack > 0 && (new_max - row_max[mt][half]) * score_scale <= float(kMaxSlack)) {
+        if (kSlack > 0 && (new_max - row_max[mt][half]) * score_scale <= float(kSlack)) {
           new_max = row_max[mt][half];
         }
         // A row with no key yet keeps max -inf; its weights are 0 and must not become NaN. Without
         // a shift the plain expressions: + 0.f is no identity and would cost the correction an FADD.
         float base, correction;
-        if constexpr (kBaseShift == 0) {
+        if constexpr (kSlack == 0) {
           base = new_max == -INFINITY ? 0.f : new_max * score_scale;
           correction = fast_exp2(row_max[mt][half] * score_scale - base);
         } else {
-          base = new_max == -INFINITY ? 0.f : new_max * score_scale + float(kBaseShift);
-          correction = fast_exp2(row_max[mt][half] * score_scale + float(kBaseShift) - base);
+          base = new_max == -INFINITY ? 0.f : new_max * score_scale + float(kSlack);
+          correction = fast_exp2(row_max[mt][half] * score_scale + float(kSlack) - base);
         }
         row_max[mt][half] = new_max;
         row_sum[mt][half] *= correction;
@@ -266,10 +269,10 @@ struct OnlineSoftmax {
   // absolute error near 1e-6 where logf took a 25-instruction polynomial, sm90a v55).
   __device__ __forceinline__ float sum(int mt, int half) const { return quad_sum(row_sum[mt][half]); }
   __device__ __forceinline__ float lse(int mt, int half, float sum) const {
-    if constexpr (kBaseShift == 0) {
+    if constexpr (kSlack == 0) {
       return sum > 0.f ? row_max[mt][half] * score_scale * kLn2 + __logf(sum) : -INFINITY;
     } else {
-      return sum > 0.f ? (row_max[mt][half] * score_scale + float(kBaseShift)) * kLn2 + __logf(sum) : -INFINITY;
+      return sum > 0.f ? (row_max[mt][half] * score_scale + float(kSlack)) * kLn2 + __logf(sum) : -INFINITY;
     }
   }
 };

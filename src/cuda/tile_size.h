@@ -97,19 +97,19 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // trees (OnlineSoftmax::update_scores), which shortens the softmax's dependent chains:
 // 1.00-1.05x on the two-warpgroup tiles (d 64 causal 1k / 2k 1.04-1.05x); the wide tile keeps
 // the running accumulators (0.95-0.98x at causal 4k-16k; sm90a v10). kMaxSlack: how far (log2
-// units) a row's max may grow before the softmax moves it; with it, a warp whose rows all kept
-// their max skips O's rescale, which is then most tiles' (0: the max follows every tile and O is
-// always rescaled). Above d 64, where O is 48-128 floats per thread: 1.01-1.07x from 1k at d 128
-// and 256; at d 64 (32 floats) the test costs more than the skipped rescale saves: 0.93-1.00x
-// (sm90a v11), and with the bf16 weights scaled to stay at most 1 (OnlineSoftmax; above 1 they
-// cost d 128 calls with N(0, 1) inputs about 5% of their cycles, sm90a v79) still 0.95-0.98x from
-// 1k keys on either d 64 tile (sm90a v80). No tile prefetches an item's Q and first K / V tiles
-// into L2 as the producer takes it: at d 256, where Q is largest against an item's work, that
-// gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran 1.00-1.02x faster
-// without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x; sm90a v12 / v19 /
-// v39). kClusterPairs: calls without softcap, ALiBi or a window's left edge (unmasked or causal),
-// from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per head
-// (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head,
+// units; f16 takes at most 3, OnlineSoftmax) a row's max may grow before the softmax moves it; with
+// it, a warp whose rows all kept their max skips O's rescale, which is then most tiles' (0: the max
+// follows every tile and O is always rescaled). Above d 64, where O is 48-128 floats per thread:
+// 1.01-1.07x from 1k at d 128 and 256; at d 64 (32 floats) the test costs more than the skipped
+// rescale saves: 0.93-1.00x (sm90a v11), and with the weights scaled to stay at most 1
+// (OnlineSoftmax; above 1 they cost d 128 calls with N(0, 1) inputs about 5% of their cycles, sm90a
+// v79) still 0.95-0.98x from 1k keys on either d 64 tile (sm90a v80). No tile prefetches an item's
+// Q and first K / V tiles into L2 as the producer takes it: at d 256, where Q is largest against
+// an item's work, that gained 1.02-1.05x at 512 / 1k without a mask in v12, but v35's kernel ran
+// 1.00-1.02x faster without it from 512 to 2k keys (at d 64 / 128 it never gained: 0.95-1.01x;
+// sm90a v12 / v19 / v39). kClusterPairs: calls without softcap, ALiBi or a window's left edge
+// (unmasked or causal), from kFwdSm90ClusterMinKeys keys and with an even number of query tiles per
+// head (fwd_sm90_cluster_serves), run in clusters of two CTAs that take two query tiles of a head,
 // their rows interleaved, and load each K / V tile once for both (TMA multicast): half the K / V
 // bytes from L2, which at the power cap the long calls run under gives the SMs a higher clock
 // (sustained d 128 8k / 16k and d 256 16k: 1.014-1.023x, 15-70 MHz more at the same 700 W; sm90a
@@ -125,8 +125,8 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // stages nor the wait written before the softmax recovered it (sm90a v43). kSplitTurns: no S
 // product in flight beside the warpgroup's own O product, and two turns per tile, S then O, so that
 // the tensor cores take S of warpgroup 0, S of 1, O of 0, O of 1 and one K / V stage suffices (the
-// next K loads under the O products, the next V under the S products); for a tile whose S, P and
-// O fill the registers once (kernel_fwd_sm90.h). kSoftmaxBranches: the other way to that overlap,
+// next K loads under the O products, the next V under the S products); for a tile whose S, P and O
+// fill the registers once (kernel_fwd_sm90.h). kSoftmaxBranches: the other way to that overlap,
 // with the K stage still released as the softmax opens: the masked and the unmasked tiles' softmax
 // in two branches that rejoin after the exponentials, so that the O wait starts the block after
 // them (the loop carries the softmax twice). The V stage then goes back a softmax later, which
