@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if (leader && !staged_in) release_stage(shared.v_empty[(kv_loads + i) % K::kVStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any
-    // of the warp's rows needs one (with K::kMaxSlack the rows keep their max while it grows by
-    // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
+    // of the warp's rows needs one (with the softmax's slack the rows keep their max while it
+    // grows by at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
     // the item's last read of Q: its buffer goes back to the producer. With K::kStageOInKv the
     // last K and V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0
     // here that its last S has read the K stage. These releases open the softmax, or with
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         update();
       }
       if constexpr (!K::kSoftmaxBranches) update();
-      if constexpr (K::kMaxSlack > 0) {
+      if constexpr (decltype(softmax)::kSlack > 0) {
         rescale_o = __any_sync(0xffffffffu, correction[0][0] != 1.f || correction[0][1] != 1.f);
       }
       if constexpr (K::kSoftmaxOverlapsO) release_read_stages();
@@ -675,7 +675,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = softmax.sum(0, half);
-      // By the special-function unit: a row's sum lies in [2^-kMaxSlack, keys x 2^kMaxSlack], far
+      // By the special-function unit: a row's sum lies in [2^-kSlack, keys] (OnlineSoftmax), far
       // inside __fdividef's range (+2% at d 64 causal below 8k keys, sm90a v55).
       inv[half] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
       const int row = origin.row0 + origin.g + 8 * half;

@@ -143,19 +143,20 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // Running max and sum of each of the thread's rows. The scores arrive in the units of s; times
 // score_scale they are log2 units (on the plain path s holds raw dots and score_scale folds the
 // softmax scale into one FFMA per element: p = 2^(dot * c - max * c), c = scale * log2(e)).
-// kMaxSlack > 0: a row keeps its max while a tile's exceeds it by at most kSlack in log2 units, so
-// that O's correction is exactly 1 and the kernel may skip the rescale (the same softmax, taken
-// relative to a smaller base). The weights are then taken against max + kSlack, p = 2^(dot * c -
-// max * c - kSlack), so that they stay at most 1: above 1 they cost the O product cycles (about 5%
-// of a d 128 call with N(0, 1) inputs on an H200; docs/performance.md, sm90a v79).
+// kSlack > 0 (kMaxSlack, for f16 at most 3: below): a row keeps its max while a tile's exceeds it
+// by at most kSlack in log2 units, so that O's correction is exactly 1 and the kernel may skip the
+// rescale (the same softmax, taken relative to a smaller base). The weights are then taken against
+// max + kSlack, p = 2^(dot * c - max * c - kSlack), so that they stay at most 1: above 1 they cost
+// the O product cycles (about 5% of a d 128 call with N(0, 1) inputs on an H200;
+// docs/performance.md, sm90a v79).
 // Weight: the weights' 16-bit type (the O product's operand). bf16 has f32's exponent range: its
 // slack is the whole kMaxSlack, its weights losing only those under 2^-126, at most 2^-118 of the
 // row's largest. f16's subnormals start at 2^-14, and the shift brings them kSlack binades closer
-// to the largest weight: with the whole slack of 8 and 4k equal weights 2^-15 under the largest,
-// out erred four times the correctness rule's limit (tests/test_gpu_fwd.cpp, GpuForwardWideScores).
-// So f16's slack is at most kF16MaxSlack = 3, which a model of the kernel puts at a quarter of the
-// limit on that test and at 40% with 16k such keys (f16 at d 128 from 2k keys: 1.02-1.035x against
-// the unshifted weights, sm90a v81; a slack of 2 rescales O more often and gained less).
+// to the largest weight: with the whole slack of 8 and 4k / 16k equal weights 2^-15 under the
+// largest, out erred four / ten times the correctness rule's limit on an H200
+// (tests/test_gpu_fwd.cpp, GpuForwardWideScores). So f16's slack is at most kF16MaxSlack = 3, which a model of the kernel
+// puts at a quarter / 40% of the limit there (f16 at d 128 from 2k keys: 1.02-1.035x against the
+// unshifted weights, sm90a v81; a slack of 2 rescales O more often and gained less).
 template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
   static constexpr int kF16MaxSlack = 3;
