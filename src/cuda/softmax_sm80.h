@@ -154,9 +154,10 @@ __device__ __forceinline__ void apply_mask(float (&s)[kM][kNTiles][4], const Sco
 // row's largest. f16's subnormals start at 2^-14, and the shift brings them kSlack binades closer
 // to the largest weight: with the whole slack of 8 and 4k / 16k equal weights 2^-15 under the
 // largest, out erred four / ten times the correctness rule's limit on an H200
-// (tests/test_gpu_fwd.cpp, GpuForwardWideScores). So f16's slack is at most kF16MaxSlack = 3, which a model of the kernel
-// puts at a quarter / 40% of the limit there (f16 at d 128 from 2k keys: 1.02-1.035x against the
-// unshifted weights, sm90a v81; a slack of 2 rescales O more often and gained less).
+// (tests/test_gpu_fwd.cpp, GpuForwardWideScores). So f16's slack is at most kF16MaxSlack = 3, which
+// a model of the kernel puts at a quarter / 40% of the limit there (f16 at d 128 from 2k keys:
+// 1.02-1.035x against the unshifted weights, sm90a v81; a slack of 2 rescales O more often and
+// gained less).
 template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
   static constexpr int kF16MaxSlack = 3;
