@@ -121,20 +121,25 @@ void Buffer::for_each_offset(F f) const {
   }
 }
 
+template <class Next>
+void Buffer::fill_each(Next next) {
+  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, next()); });
+}
+
 void Buffer::fill_random(uint64_t seed, double lo, double hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
-  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, dist(rng)); });
+  fill_each([&] { return dist(rng); });
 }
 
 void Buffer::fill_normal(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> dist(0.0, 1.0);
-  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, dist(rng)); });
+  fill_each([&] { return dist(rng); });
 }
 
 void Buffer::fill(double value) {
-  for_each_offset([&](int64_t offset) { store_from_double(tensor_.data, tensor_.dtype, offset, value); });
+  fill_each([&] { return value; });
 }
 
 bool Buffer::guards_intact() const {

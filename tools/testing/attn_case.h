@@ -56,6 +56,9 @@ class Buffer {
   // has stride 1) instead of per element.
   template <class F>
   void for_each_offset(F f) const;
+  // Every element set to next(), called in row-major order.
+  template <class Next>
+  void fill_each(Next next);
   void rebind();
   std::vector<unsigned char> storage_;
   std::vector<int64_t> shape_;
