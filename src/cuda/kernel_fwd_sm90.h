@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
   Tensor tOrP = make_tensor<Element>(partition_shape_A(mma_o, typename K::TileS{}));
   static_assert(decltype(size(tSrS))::value == K::kNTiles * 4 && decltype(size(tOrO))::value == K::kDTiles * 4 &&
                 decltype(size(tOrP))::value == K::kNTiles * 4, "one 64-row warpgroup tile per thread");
-  // The accumulators as the sm80 score pipeline indexes them: [m-tile][n8 group][4].
-  auto& s = *reinterpret_cast<float(*)[1][K::kNTiles][4]>(raw_pointer_cast(tSrS.data()));
+  // O's accumulators as the sm80 score pipeline indexes them: [m-tile][n8 group][4] (S's likewise,
+  // in softmax_tile).
   auto& acc_o = *reinterpret_cast<float(*)[1][K::kDTiles][4]>(raw_pointer_cast(tOrO.data()));
   // One thread per consumer warpgroup: its arrivals on the empty barriers and its output stores.
   const bool leader = tid % 128 == 0;
@@ -514,9 +514,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     // V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0 here that its
     // last S has read the K stage. These releases open the softmax, or with K::kSoftmaxOverlapsO close
     // it (tile_size.h).
+    // kCols: the n8 groups of S that take the softmax, from the first; the others' weights are 0
+    // (softmax_first_tile).
     float correction[1][2];
     bool rescale_o = true;
-    auto softmax_tile = [&](int i) {
+    auto softmax_tile = [&](int i, auto cols) {
+      constexpr int kCols = decltype(cols)::value;
+      auto& s = *reinterpret_cast<float(*)[1][kCols][4]>(raw_pointer_cast(tSrS.data()));  // its first kCols
       warpgroup_fence_operand(tSrS);
       const bool last = i == n_keys - 1;
       auto release_read_stages = [&] {
@@ -548,6 +552,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         rescale_o = __any_sync(0xffffffffu, correction[0][0] != 1.f || correction[0][1] != 1.f);
       }
       if constexpr (K::kSoftmaxOverlapsO) release_read_stages();
+#pragma unroll
+      for (int nt = kCols; nt < K::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tSrS(4 * nt + e) = 0.f;
+    };
+    auto softmax_full = [&](int i) { softmax_tile(i, Int<K::kNTiles>{}); };
+    // The warpgroup's first tile (the one that holds its rows' last keys), with
+    // K::kNarrowFirstSoftmax: where every row of the warpgroup drops the second half of its keys (a
+    // causal diagonal aligned to the tiles: the first 64 rows of a 128-row item), the mask and
+    // softmax take the first half only, half the exponentials of that tile (the limit of short
+    // causal calls at d 64). The S and O products stay whole: cut to the half they made ptxas
+    // serialise the wgmma (sm90a v52, v84). No product is in flight across this branch.
+    auto softmax_first_tile = [&](int i) {
+      if constexpr (K::kNarrowFirstSoftmax) {
+        const int own_last_key = score_mod(p, w.slope).last_key(w.wg_row0(warp / 4) + 63);
+        if (own_last_key <= (w.keys.max - 1 - i) * K::kBlockN + K::kBlockN / 2) {
+          softmax_tile(i, Int<K::kNTiles / 2>{});
+          return;
+        }
+      }
+      softmax_full(i);
     };
     auto rescale = [&] {
       if (rescale_o) decltype(softmax)::rescale(acc_o, correction);
@@ -613,7 +638,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         issue_s(i);
         turn_end();
         warpgroup_wait<0>();
-        softmax_tile(i);
+        softmax_full(i);
         if (i > own.skip) rescale();  // O of the tiles before, to this tile's maxima
         convert_p();
         turn_begin();
@@ -633,7 +658,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       turn_end();
       release_pending_stage();
       warpgroup_wait<0>();
-      softmax_tile(own.skip);
+      softmax_first_tile(own.skip);
       convert_p();
       // O (tiles < i, at the old maxima) takes the last softmax's corrections before the next O
       // product: with kRescaleInTurn in the turn, between the S and O products' issue, where it
@@ -650,7 +675,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
         // the exponentials). The score modifiers' kernel too, since their softcap takes a few
         // registers (sm90a v65).
         warpgroup_wait<1>();
-        softmax_tile(i);
+        softmax_full(i);
         warpgroup_wait<0>();
         release_v(i - 1);
         if constexpr (!K::kRescaleInTurn) rescale();

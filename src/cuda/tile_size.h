@@ -134,6 +134,16 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // unmasked 2k (Nsight Compute, the same clock; tensor pipe 77.1% against 75.2% active), in bursts
 // 1.01-1.05x from 2k to 16k, causal too; at the power cap, where the same work costs the same
 // energy, level (0.99-1.02x interleaved); with two V stages the pairs lost 1-2% there (sm90a v78).
+// kNarrowFirstSoftmax: a warpgroup whose rows all drop the second half of the keys of its first tile
+// (the one that holds their last keys: on a causal diagonal aligned to the tiles, the first 64 rows
+// of a 128-row item) takes that tile's mask and softmax on the first half alone, half the
+// exponentials of the tile that opens its item; its products stay whole (kernel_fwd_sm90.h). At d
+// 64, over six interleaved processes on two H200s: causal 512 / 1k / 2k 1.004 / 1.003 / 1.012x (the
+// first two within the spread); at d 128 0.993 / 0.989 / 1.001x, no gain. The S product cut to the
+// half too gained nothing more at d 64 (0.996-1.002x against main in a call where the softmax alone
+// read 0.998-1.017x), and ptxas serialised the wgmma of d 128's kernels with it, and of d 64's wide
+// and left-edge ones; the O product, taken off the loop to be cut, serialised every d 64 kernel
+// (sm90a v84).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
@@ -157,6 +167,7 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kSoftmaxBranches = false;  // v44's form: causal 0.96-0.99x
   static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = true;  // causal 512 / 1k 1.004 / 1.003x (sm90a v84)
   static constexpr int kOStagingCols = 64;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 224 KB (d 128 with a third V stage,
@@ -177,6 +188,7 @@ template <> struct FwdTileSm90<96> {
   static constexpr bool kSoftmaxBranches = false;  // v78 neither timed nor tested at d 96
   static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = false;  // follows d 128 (not timed on its own)
   static constexpr int kOStagingCols = 96;
 };
 template <> struct FwdTileSm90<128> {
@@ -190,6 +202,7 @@ template <> struct FwdTileSm90<128> {
   static constexpr bool kSoftmaxBranches = true;
   static constexpr int kVStages = 3;  // Q 32 + K 64 + V 96 + staging 32 KB: 224 KB
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = false;  // causal 512 / 1k 0.993 / 0.989x: no gain (v84)
   static constexpr int kOStagingCols = 128;
 };
 // d 192: 96-key tiles: S 48 + O 96 floats and P's 24 registers per thread, 192 KB (the output
@@ -207,6 +220,7 @@ template <> struct FwdTileSm90<192> {
   static constexpr bool kSoftmaxBranches = false;  // kSoftmaxOverlapsO's form
   static constexpr int kVStages = kStages;  // the output staged in the K / V stages
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = false;  // not timed
   static constexpr int kOStagingCols = 192;
 };
 // d 256: O alone is 128 floats per thread and Q 64 KB. 128-key tiles in one K and one V stage
@@ -226,6 +240,7 @@ template <> struct FwdTileSm90<256> {
   static constexpr bool kSoftmaxBranches = false;  // split turns: no O product beside the softmax
   static constexpr int kVStages = kStages;  // 225 KB already
   static constexpr bool kSplitTurns = true;
+  static constexpr bool kNarrowFirstSoftmax = false;  // split turns
   static constexpr int kOStagingCols = 128;
 };
 
@@ -246,6 +261,7 @@ template <> struct FwdPairTileSm90<256> {
   static constexpr bool kSoftmaxBranches = false;  // kSoftmaxOverlapsO's form
   static constexpr int kVStages = kStages;  // the output staged in the K / V stages, 224 KB
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = false;  // not timed
   static constexpr int kOStagingCols = 256;
 };
 
@@ -277,6 +293,7 @@ template <> struct FwdWideTileSm90<64> {
   static constexpr bool kSoftmaxBranches = false;  // 0.94-0.95x from 512 to 4k keys (v44)
   static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
+  static constexpr bool kNarrowFirstSoftmax = true;  // causal 2k 1.012x (v84)
   static constexpr int kOStagingCols = 64;
 };
 constexpr int kFwdSm90WideMinMaskedRows = 2048;
