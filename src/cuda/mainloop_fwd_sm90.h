@@ -48,7 +48,7 @@ struct FwdSm90 {
   static constexpr int kNTiles = kBlockN / 8;   // n8 column groups of S per thread row
   static constexpr bool kNarrowFirstSoftmax = Tile::kNarrowFirstSoftmax;
   static_assert(!kNarrowFirstSoftmax || (kNTiles % 2 == 0 && !kSplitTurns),
-                "the narrow softmax: the first half of S's n8 groups, in the loop without split turns");
+                "the narrow softmax: the first half of S's n8 groups (split turns take every tile whole)");
   static constexpr int kDTiles = kHeadDim / 8;  // of O
   // Registers per thread after setmaxnreg. The CTA's pool is what it was launched with: the
   // kernel's register count, which __launch_bounds__(kThreads, 1) caps at 65536 / kThreads rounded
