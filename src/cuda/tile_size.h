@@ -138,8 +138,8 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // (the one that holds their last keys: on a causal diagonal aligned to the tiles, the first 64 rows
 // of a 128-row item) takes that tile's mask and softmax on the first half alone, half the
 // exponentials of the tile that opens its item; its products stay whole (kernel_fwd_sm90.h). At d
-// 64, over six interleaved processes on two H200s: causal 512 / 1k / 2k 1.004 / 1.003 / 1.012x (the
-// first two within the spread); at d 128 0.993 / 0.989 / 1.001x, no gain. The S product cut to the
+// 64, over nine interleaved processes on three H200s: causal 512 / 1k 1.002 / 1.004x (within the
+// spread), 2k 1.012x (six on two); at d 128 0.993 / 0.989 / 1.001x (six), no gain. The S product cut to the
 // half too gained nothing more at d 64 (0.996-1.002x against main in a call where the softmax alone
 // read 0.998-1.017x), and ptxas serialised the wgmma of d 128's kernels with it, and of d 64's wide
 // and left-edge ones; the O product, taken off the loop to be cut, serialised every d 64 kernel
@@ -167,7 +167,7 @@ template <> struct FwdTileSm90<64> {
   static constexpr bool kSoftmaxBranches = false;  // v44's form: causal 0.96-0.99x
   static constexpr int kVStages = kStages;
   static constexpr bool kSplitTurns = false;
-  static constexpr bool kNarrowFirstSoftmax = true;  // causal 512 / 1k 1.004 / 1.003x (sm90a v84)
+  static constexpr bool kNarrowFirstSoftmax = true;  // causal 512 / 1k 1.002 / 1.004x (sm90a v84)
   static constexpr int kOStagingCols = 64;
 };
 // d 96 / 128: 128-key tiles; S 64 + O 48 / 64 floats, 144 / 224 KB (d 128 with a third V stage,
