@@ -508,14 +508,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
       if (leader && !staged_in) release_stage(shared.v_empty[(kv_loads + i) % K::kVStages]);
     };
     // The scores of key tile i (S landed) into weights; each row's O correction, and whether any of
-    // the warp's rows needs one (with the softmax's slack the rows keep their max while it grows by at
-    // most that, so after the first tiles the rescale is mostly skipped). The last tile's S is the
-    // item's last read of Q: its buffer goes back to the producer. With K::kStageOInKv the last K and
-    // V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0 here that its
-    // last S has read the K stage. These releases open the softmax, or with K::kSoftmaxOverlapsO close
-    // it (tile_size.h).
-    // kCols: the n8 groups of S that take the softmax, from the first; the others' weights are 0
-    // (softmax_first_tile).
+    // the warp's rows needs one (with the softmax's slack the rows keep their max while it grows by
+    // at most that, so after the first tiles the rescale is mostly skipped). The last tile's S is
+    // the item's last read of Q: its buffer goes back to the producer. With K::kStageOInKv the last
+    // K and V stages go back after the epilogue's stores, and warpgroup 1 tells warpgroup 0 here
+    // that its last S has read the K stage. These releases open the softmax, or with
+    // K::kSoftmaxOverlapsO close it (tile_size.h). cols: the n8 groups of S that take the softmax,
+    // from the first; the others' weights are 0 (softmax_first_tile).
     float correction[1][2];
     bool rescale_o = true;
     auto softmax_tile = [&](int i, auto cols) {

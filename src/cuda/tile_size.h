@@ -134,16 +134,16 @@ constexpr int fwd_block_n_sm80(int head_dim) {
 // unmasked 2k (Nsight Compute, the same clock; tensor pipe 77.1% against 75.2% active), in bursts
 // 1.01-1.05x from 2k to 16k, causal too; at the power cap, where the same work costs the same
 // energy, level (0.99-1.02x interleaved); with two V stages the pairs lost 1-2% there (sm90a v78).
-// kNarrowFirstSoftmax: a warpgroup whose rows all drop the second half of the keys of its first tile
-// (the one that holds their last keys: on a causal diagonal aligned to the tiles, the first 64 rows
-// of a 128-row item) takes that tile's mask and softmax on the first half alone, half the
+// kNarrowFirstSoftmax: a warpgroup whose rows all drop the second half of the keys of its first
+// tile (the one that holds their last keys: on a causal diagonal aligned to the tiles, the first 64
+// rows of a 128-row item) takes that tile's mask and softmax on the first half alone, half the
 // exponentials of the tile that opens its item; its products stay whole (kernel_fwd_sm90.h). At d
 // 64, over nine interleaved processes on three H200s: causal 512 / 1k 1.002 / 1.004x (within the
-// spread), 2k 1.012x (six on two); at d 128 0.993 / 0.989 / 1.001x (six), no gain. The S product cut to the
-// half too gained nothing more at d 64 (0.996-1.002x against main in a call where the softmax alone
-// read 0.998-1.017x), and ptxas serialised the wgmma of d 128's kernels with it, and of d 64's wide
-// and left-edge ones; the O product, taken off the loop to be cut, serialised every d 64 kernel
-// (sm90a v84).
+// spread), 2k 1.012x (six on two); at d 128 0.993 / 0.989 / 1.001x (six), no gain. The S product
+// cut to the half too gained nothing more at d 64 (0.996-1.002x against main in a call where the
+// softmax alone read 0.998-1.017x), and ptxas serialised the wgmma of d 128's kernels with it, and
+// of d 64's wide and left-edge ones; the O product, taken off the loop to be cut, serialised every
+// d 64 kernel (sm90a v84).
 template <int kHeadDim>
 struct FwdTileSm90;
 // d 64: 128-key tiles; S 64 + O 32 floats per thread, 96 KB of shared memory. It serves what the
