@@ -118,12 +118,27 @@ template <class K>
 __host__ __device__ __forceinline__ int fwd_items_per_head(int seqlen_q) {
   return ((seqlen_q + K::kBlockM - 1) / K::kBlockM + K::kCluster - 1) / K::kCluster;
 }
+// The decode divides by multiply and shift (FastDivmod, set up on the host; exact for the item
+// counts the launcher admits, under 2^31), where a signed division by a run-time value takes about
+// 20 instructions on the item's path before its first product: 1.02-1.03x at d 64 causal 512 and
+// at d 128 / 256 below 1k keys (sm90a v85). The wide tile keeps its divisions, and so its code,
+// which lost 2-5% to this change as to every other change of its layout (v36).
 template <class K, bool kScoreMods>
-__device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int t, int num_m) {
+__device__ __forceinline__ FwdTile fwd_tile(const FwdSm90Args<K>& args, int t, int num_m) {
+  const FwdParams& p = args.p;
   FwdTile w;
-  const int bh = t / num_m;
-  const int m_item = num_m - 1 - (t - bh * num_m);
-  w.h = bh % p.heads_q, w.b = bh / p.heads_q;
+  int bh, m_from_last;
+  if constexpr (K::kWideTile) {
+    bh = t / num_m, m_from_last = t - bh * num_m;
+  } else {
+    args.items_per_head(bh, m_from_last, t);
+  }
+  const int m_item = num_m - 1 - m_from_last;
+  if constexpr (K::kWideTile) {
+    w.h = bh % p.heads_q, w.b = bh / p.heads_q;
+  } else {
+    args.heads_q(w.b, w.h, bh);
+  }
   const int item_rows = K::kBlockM * K::kCluster, first = m_item * item_rows;
   if constexpr (K::kCluster > 1) {
     w.m_start = first + 64 * int(cute::block_rank_in_cluster());
@@ -247,7 +262,7 @@ __device__ __forceinline__ void produce_fwd_sm90(const FwdSm90Args<K>& args, typ
     compiler_barrier();
     Empty::arrive(&shared.tile_full[slot]);  // releases the write to the consumers
     if (t >= num_tiles) return;
-    const FwdTile w = fwd_tile<K, false>(p, t, num_m);  // the slope is not needed here
+    const FwdTile w = fwd_tile<K, false>(args, t, num_m);  // the slope is not needed here
     const int hk = w.h / p.group;
     Tensor gK = local_tile(mK(_, _, hk, w.b), Shape<Int<K::kBlockN>, Int<K::kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gVt = local_tile(mVt(_, _, hk, w.b), Shape<Int<K::kHeadDim>, Int<K::kBlockN>>{}, make_coord(_0{}, _));
@@ -460,7 +475,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel_sm90(const __grid_c
     compiler_barrier();
     Empty::arrive(&shared.tile_empty[slot]);  // every consumer thread, once it has read the slot
     if (t >= num_tiles) break;
-    const FwdTile w = fwd_tile<K, kScoreMods>(p, t, num_m);
+    const FwdTile w = fwd_tile<K, kScoreMods>(args, t, num_m);
     const int n_keys = w.n_keys();
     // The warpgroup's index made warp-uniform to the compiler (a shuffle), so that the key-tile
     // indices that start at own.skip stay in uniform registers (from the thread index, the loop's

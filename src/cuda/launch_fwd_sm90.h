@@ -93,6 +93,8 @@ void launch_sm90(const FwdParams& p, cudaStream_t stream) {
       one_box_kv ? make_tma_copy(typename K::TmaKvOp{}, v_t_atoms, take<0, 2>(typename K::SmemLayoutVt{}),
                                  Int<K::kCluster>{})
                  : typename K::TmaVOneBox{},
+      cutlass::FastDivmod(num_m),
+      cutlass::FastDivmod(p.heads_q),
   };
   if constexpr (K::kCluster > 1) {
     launch_cluster_kernel<fwd_kernel_sm90<K, kScoreMods, kWarpgroupKeys, kLeftEdge>, K::kCluster>(

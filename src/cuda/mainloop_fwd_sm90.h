@@ -9,6 +9,7 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/fast_math.h>
 
 #include "cuda/fwd_params.h"
 #include "cuda/tile_size.h"
@@ -218,6 +219,9 @@ struct FwdSm90Args {
   // Built only where K::one_box_kv holds, the kernel's test for taking them.
   typename K::TmaKOneBox tma_k_one_box;
   typename K::TmaVOneBox tma_v_one_box;
+  // The work items' decode by multiply and shift (kernel_fwd_sm90.h, fwd_tile): items per head and
+  // query heads.
+  cutlass::FastDivmod items_per_head, heads_q;
 };
 
 }  // namespace flashattn::cuda
