@@ -276,8 +276,9 @@ template <> struct FwdPairTileSm90<256> {
 // after the 128-row tile's trees (kTreeReduce, sm90a v13); 2k since its warpgroups skip the key
 // tiles past their own rows (kSkipKeyTiles: on a causal diagonal 192 rows span two 128-key tiles,
 // and the first warpgroup's 64 rows often end before the second), with which it is 1.04 / 1.06x the
-// 128-row tile at causal 2k / 4k, and 1.05x the wide tile without it at 8k (sm90a v24). No gain
-// from 4 stages (0.99-1.01x).
+// 128-row tile at causal 2k / 4k, and 1.05x the wide tile without it at 8k (sm90a v24); from 512
+// rows it ran causal 512 / 1k 0.994 / 1.001x the 128-row tile (v85c). No gain from 4 stages
+// (0.99-1.01x).
 template <int kHeadDim>
 struct FwdWideTileSm90 {
   static constexpr bool kExists = false;
