@@ -120,9 +120,10 @@ __host__ __device__ __forceinline__ int fwd_items_per_head(int seqlen_q) {
 }
 // The decode divides by multiply and shift (FastDivmod, set up on the host; exact for the item
 // counts the launcher admits, under 2^31), where a signed division by a run-time value takes about
-// 20 instructions on the item's path before its first product: 1.02-1.03x at d 64 causal 512 and
-// at d 128 / 256 below 1k keys (sm90a v85). The wide tile keeps its divisions, and so its code,
-// which lost 2-5% to this change as to every other change of its layout (v36).
+// 20 instructions on the item's path before its first product: d 64 causal 512 1.018-1.026x, d 128
+// / 256 below 2k keys 0.99-1.03x (sm90a v85). The wide tile keeps its divisions, in their order,
+// and so its code (its PTX is as before): as with every other change of its layout, it lost 2-5%
+// to this change (v36) and 1.2% to its statements merely reordered (v85's first form).
 template <class K, bool kScoreMods>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdSm90Args<K>& args, int t, int num_m) {
   const FwdParams& p = args.p;
