@@ -3,6 +3,7 @@
 // tile): score modifiers, the mask, the online softmax in base 2, and dropout.
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
@@ -162,7 +163,7 @@ template <int kM, int kMaxSlack, class Weight>
 struct OnlineSoftmax {
   static constexpr int kF16MaxSlack = 3;
   static constexpr int kSlack =
-      std::is_same_v<Weight, cutlass::bfloat16_t> || kMaxSlack < kF16MaxSlack ? kMaxSlack : kF16MaxSlack;
+      std::is_same_v<Weight, cutlass::bfloat16_t> ? kMaxSlack : std::min(kMaxSlack, kF16MaxSlack);
   float row_max[kM][2];  // in the units of s
   float row_sum[kM][2];  // this thread's partial sum (the quad's lanes complete it at the end)
   float score_scale;
